@@ -1,0 +1,100 @@
+/* Schedules: what an algorithm emits (DESIGN.md, "The one idea").
+ *
+ * For each rank and channel an algorithm is an ordered list of steps over element
+ * ranges of the user's buffers. A step is computed, never stored: a generator maps
+ * (collective, nranks, rank, channel, step index) to a step, so a schedule costs
+ * no memory whatever the rank count. The executor splits each step into pieces of
+ * at most one FIFO slot; both ends of a connection compute the same pieces, so
+ * nothing about sizes crosses the wire.
+ *
+ * This header is kept in the common subset of C and CUDA C++ (no _Atomic, no
+ * designated initialisers out of order): the GPU kernel will interpret the same
+ * steps. */
+#ifndef PLAIT_SCHED_H
+#define PLAIT_SCHED_H
+
+#include <stdint.h>
+
+enum plait_coll {
+    PLAIT_COLL_ALLREDUCE = 0,
+    PLAIT_COLL_BROADCAST,
+    PLAIT_COLL_REDUCE,
+    PLAIT_COLL_ALLGATHER,
+    PLAIT_COLL_REDUCESCATTER,
+    PLAIT_COLL_ALLTOALL,
+    PLAIT_COLL_GATHER,
+    PLAIT_COLL_SCATTER,
+    PLAIT_COLL_SEND,
+    PLAIT_COLL_RECV,
+    PLAIT_COLL_BARRIER,
+    PLAIT_COLL_COUNT
+};
+
+enum plait_step_kind {
+    PLAIT_STEP_SEND = 0,           /* src -> send_peer */
+    PLAIT_STEP_RECV,               /* recv_peer -> dst */
+    PLAIT_STEP_RECV_REDUCE_SEND,   /* src OP recv -> send_peer */
+    PLAIT_STEP_RECV_REDUCE_COPY,   /* src OP recv -> dst */
+    PLAIT_STEP_RECV_REDUCE_COPY_SEND, /* src OP recv -> dst and send_peer */
+    PLAIT_STEP_RECV_COPY_SEND,     /* recv -> dst and send_peer */
+    PLAIT_STEP_COPY,               /* src -> dst, locally */
+    PLAIT_STEP_KINDS
+};
+
+enum plait_buf { PLAIT_BUF_INPUT = 0, PLAIT_BUF_OUTPUT = 1 };
+
+/* Step flags: how the reduction treats the data (see reduce.h). */
+#define PLAIT_STEP_PRE 1u  /* src is this rank's own contribution: apply the pre-op */
+#define PLAIT_STEP_POST 2u /* the result is final: apply the post-op */
+
+struct plait_step {
+    uint8_t kind;     /* enum plait_step_kind */
+    uint8_t src_buf;  /* enum plait_buf */
+    uint8_t dst_buf;  /* enum plait_buf */
+    uint8_t flags;    /* PLAIT_STEP_PRE | PLAIT_STEP_POST */
+    int32_t send_peer;
+    int32_t recv_peer;
+    uint64_t src_off; /* elements */
+    uint64_t dst_off; /* elements */
+    uint64_t count;   /* elements; may be 0 (both ends then move nothing) */
+};
+
+/* Everything a generator needs; identical on every rank except `rank`. */
+struct plait_sched_args {
+    int coll;              /* enum plait_coll */
+    int nranks;
+    int rank;
+    int root;              /* broadcast/reduce/gather/scatter; peer for send/recv */
+    uint64_t count;        /* the collective's count argument (per rank for allgather/reducescatter/alltoall) */
+    int nchannels;         /* channels the data is split over */
+    uint64_t chunk_elems;  /* elements per step per rank-chunk (a multiple of align_elems) */
+    uint64_t align_elems;  /* elements in 16 bytes (chunk boundaries are 16-byte aligned) */
+};
+
+/* Step `idx` of `channel` on args->rank. Returns 1 and fills *out when that step
+ * exists, 0 when the channel's schedule has fewer steps. */
+typedef int (*plait_step_fn)(const struct plait_sched_args *args, int channel, uint64_t idx,
+                             struct plait_step *out);
+
+/* The element range [*lo, *hi) of `total` elements that `channel` handles:
+ * contiguous, 16-byte aligned boundaries, possibly empty. */
+static inline void plait_sched_channel_range(uint64_t total, int nchannels, int channel, uint64_t align,
+                                             uint64_t *lo, uint64_t *hi)
+{
+    uint64_t per = (total + (uint64_t)nchannels - 1) / (uint64_t)nchannels;
+    per = (per + align - 1) / align * align;
+    uint64_t l = per * (uint64_t)channel;
+    uint64_t h = l + per;
+    if (l > total)
+        l = total;
+    if (h > total)
+        h = total;
+    *lo = l;
+    *hi = h;
+}
+
+/* Ring generators (algorithms/ring.c): allreduce, broadcast, reduce, allgather,
+ * reducescatter. Ring order is rank order; peers are rank +- 1. */
+int plait_ring_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+
+#endif

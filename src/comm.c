@@ -1,0 +1,833 @@
+/* Communicators: creation (rank, all, from the environment, split), the node map,
+ * transport choice per peer pair, teardown, abort, and the small queries. */
+#define _GNU_SOURCE
+#include "comm.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+#include "socket.h"
+#include "util.h"
+
+/* Transports in set-up order. Every rank runs every transport's setup (each is
+ * collective), even one it has no peer for. */
+static const struct plait_transport *const transports[PLAIT_TP_COUNT] = {
+    [PLAIT_TP_INPROC] = &plait_transport_inproc,
+    [PLAIT_TP_SHM] = &plait_transport_shm,
+    [PLAIT_TP_SOCKET] = &plait_transport_socket,
+};
+
+/* ------------------------------------------------------------ results, version */
+
+static const char *const result_strings[PLAIT_NUM_RESULTS] = {
+    [PLAIT_SUCCESS] = "no error",
+    [PLAIT_ERR_UNHANDLED_CUDA] = "unhandled cuda error (run with PLAIT_DEBUG=INFO for details)",
+    [PLAIT_ERR_SYSTEM] = "unhandled system error (run with PLAIT_DEBUG=INFO for details)",
+    [PLAIT_ERR_INTERNAL] = "internal error - please report this issue to the plait developers",
+    [PLAIT_ERR_INVALID_ARGUMENT] = "invalid argument (run with PLAIT_DEBUG=WARN for details)",
+    [PLAIT_ERR_INVALID_USAGE] = "invalid usage (run with PLAIT_DEBUG=WARN for details)",
+    [PLAIT_ERR_REMOTE] = "remote process exited or there was a network error",
+    [PLAIT_IN_PROGRESS] = "operation in progress",
+    [PLAIT_ERR_TIMEOUT] = "operation timed out",
+};
+
+const char *plait_get_error_string(plait_result_t result)
+{
+    if ((int)result < 0 || result >= PLAIT_NUM_RESULTS)
+        return "unknown result code";
+    return result_strings[result];
+}
+
+plait_result_t plait_get_version(int *version)
+{
+    if (!version)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_get_version: version is NULL");
+    *version = PLAIT_VERSION_CODE;
+    return PLAIT_SUCCESS;
+}
+
+const char *plait_get_last_error(plait_comm_t comm)
+{
+    if (comm && comm->magic == PLAIT_COMM_MAGIC) {
+        pthread_mutex_lock(&comm->async_lock);
+        int has = comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS;
+        pthread_mutex_unlock(&comm->async_lock);
+        if (has)
+            return comm->async_msg;
+    }
+    return plait_last_error_get();
+}
+
+/* ------------------------------------------------------------ identity */
+
+void plait_host_identity(char *buf, size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    struct stat sb;
+    if (stat("/proc/self/ns/net", &sb) == 0)
+        snprintf(buf, len, "%s/netns:%llu", host, (unsigned long long)sb.st_ino);
+    else
+        snprintf(buf, len, "%s", host);
+}
+
+uint64_t plait_process_token(void)
+{
+    /* Redrawn after fork (the pid changes), so a child is never taken for its
+     * parent's threads. */
+    static pid_t token_pid;
+    static uint64_t token;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (token_pid != getpid()) {
+        plait_random_bytes(&token, sizeof(token));
+        token_pid = getpid();
+    }
+    uint64_t t = token;
+    pthread_mutex_unlock(&lock);
+    return t;
+}
+
+int plait_pair_transport(const struct plait_comm *comm, int a, int b)
+{
+    if (a == b)
+        return PLAIT_TP_INPROC;
+    const struct plait_rank_info *ra = &comm->ranks[a], *rb = &comm->ranks[b];
+    if (ra->host_index != rb->host_index || comm->set.transport_force == PLAIT_FORCE_SOCKET)
+        return PLAIT_TP_SOCKET;
+    if (ra->process_token == rb->process_token && ra->pid == rb->pid)
+        return PLAIT_TP_INPROC;
+    return PLAIT_TP_SHM;
+}
+
+int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls)
+{
+    const int n = comm->nranks;
+    if (cls == comm->ncls - 1)
+        return 1;
+    if (n == 1 || peer == rank)
+        return 0;
+    return peer == (rank + 1) % n || peer == (rank + n - 1) % n;
+}
+
+const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len)
+{
+    if (comm->ranks && peer >= 0 && peer < comm->nranks)
+        snprintf(buf, len, "rank %d (host %s, pid %d)", peer, comm->ranks[peer].hostname, comm->ranks[peer].pid);
+    else
+        snprintf(buf, len, "rank %d", peer);
+    return buf;
+}
+
+/* ------------------------------------------------------------ async state */
+
+void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg)
+{
+    pthread_mutex_lock(&comm->async_lock);
+    if (comm->async_error == PLAIT_SUCCESS || comm->async_error == PLAIT_IN_PROGRESS) {
+        comm->async_error = res;
+        snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg ? msg : "");
+    }
+    pthread_mutex_unlock(&comm->async_lock);
+}
+
+plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn)
+{
+    if (!comm)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    if (comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is not a live communicator (destroyed?)", fn);
+    if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE))
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "%s: the communicator is still initializing (poll plait_comm_get_async_error)", fn);
+    if (comm->in_error)
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is in error after: %s", fn, comm->async_msg);
+    if (comm->finalized)
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is finalized", fn);
+    if (plait_aborted(&comm->abort_flag))
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator was aborted", fn);
+    return PLAIT_SUCCESS;
+}
+
+void plait_comm_check_peers(struct plait_comm *comm)
+{
+    for (int p = 0; p < comm->nranks; p++) {
+        if (!comm->pidfds || comm->pidfds[p] < 0)
+            continue;
+        struct pollfd pfd = {.fd = comm->pidfds[p], .events = POLLIN};
+        if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        /* The process is gone: what it left in our FIFOs is still read; waiting
+         * for more becomes an error. */
+        for (int c = 0; c < comm->ncls; c++) {
+            struct plait_conn *conn = comm->conns[p * comm->ncls + c];
+            if (conn)
+                conn->peer_gone = 1;
+        }
+        const uint64_t *ops = comm->peer_ops ? comm->peer_ops[p] : NULL;
+        if (ops && __atomic_load_n(&ops[0], __ATOMIC_ACQUIRE) > __atomic_load_n(&ops[1], __ATOMIC_ACQUIRE) &&
+            comm->dead_peer < 0) {
+            comm->dead_peer = p;
+            char who[160];
+            PLAIT_WARN(PLAIT_SUBSYS_INIT, "rank %d: %s died during an operation", comm->rank,
+                       plait_peer_str(comm, p, who, sizeof(who)));
+        }
+        close(comm->pidfds[p]);
+        comm->pidfds[p] = -1;
+    }
+}
+
+/* ------------------------------------------------------------ init */
+
+struct rank_card {
+    struct plait_rank_info info;
+    struct plait_settings set;
+};
+
+static void comm_free(struct plait_comm *comm)
+{
+    if (!comm)
+        return;
+    for (int t = PLAIT_TP_COUNT - 1; t >= 0; t--)
+        transports[t]->teardown(comm);
+    if (comm->pidfds)
+        for (int p = 0; p < comm->nranks; p++)
+            if (comm->pidfds[p] >= 0)
+                close(comm->pidfds[p]);
+    plait_bootstrap_close(comm->bs);
+    free(comm->pidfds);
+    free(comm->peer_ops);
+    free(comm->conns);
+    free(comm->tp_of);
+    free(comm->ranks);
+    pthread_mutex_destroy(&comm->async_lock);
+    comm->magic = 0;
+    free(comm);
+}
+
+static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
+{
+    struct plait_comm *comm = calloc(1, sizeof(*comm));
+    if (!comm)
+        return NULL;
+    comm->magic = PLAIT_COMM_MAGIC;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->dead_peer = -1;
+    comm->blocking = 1;
+    comm->max_channels = 0;
+    comm->my_ops = comm->local_ops;
+    comm->owner_pid = getpid();
+    pthread_mutex_init(&comm->async_lock, NULL);
+    if (config) {
+        if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
+            comm->blocking = config->blocking != 0;
+        if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
+            comm->max_channels = config->max_ctas;
+        if (config->name)
+            snprintf(comm->name, sizeof(comm->name), "%s", config->name);
+    }
+    return comm;
+}
+
+static plait_result_t check_config(const plait_config_t *config, const char *fn)
+{
+    if (!config)
+        return PLAIT_SUCCESS;
+    if (config->magic != PLAIT_CONFIG_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: config has magic 0x%x, not 0x%x: initialise it with PLAIT_CONFIG_INITIALIZER", fn,
+                           config->magic, PLAIT_CONFIG_MAGIC);
+    if (config->size < offsetof(plait_config_t, blocking) + sizeof(int) || config->size > 4096)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: config->size %zu is not a plait_config_t size", fn,
+                           config->size);
+    if (config->blocking != PLAIT_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: config->blocking is %d (0 or 1)", fn, config->blocking);
+    return PLAIT_SUCCESS;
+}
+
+/* Copies only the fields a caller's (possibly older, smaller) config has. */
+static void config_read(const plait_config_t *in, plait_config_t *out)
+{
+    plait_config_t def = PLAIT_CONFIG_INITIALIZER;
+    *out = def;
+    if (!in)
+        return;
+    size_t n = in->size < sizeof(*out) ? in->size : sizeof(*out);
+    memcpy(out, in, n);
+    out->size = sizeof(*out);
+}
+
+static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_t *id, int start_root)
+{
+    plait_result_t status;
+    const int n = comm->nranks, me = comm->rank;
+    struct rank_card *cards = NULL;
+
+    if ((status = plait_settings_load(&comm->set)))
+        return status;
+    if (comm->max_channels > 0 && comm->set.nchannels > comm->max_channels)
+        comm->set.nchannels = comm->max_channels;
+    comm->nchannels = comm->set.nchannels;
+    comm->ncls = comm->nchannels + 1;
+
+    struct plait_bootstrap_opts opts = {
+        .timeout_s = comm->set.timeout_s,
+        .abort_flag = &comm->abort_flag,
+        .ifname_spec = comm->set.ifname,
+        .start_root = start_root,
+    };
+    if ((status = plait_bootstrap_init(id, me, n, &opts, &comm->bs)))
+        return plait_error_context(status, "rank %d of %d: bootstrap", me, n);
+
+    cards = calloc((size_t)n, sizeof(*cards));
+    comm->ranks = calloc((size_t)n, sizeof(*comm->ranks));
+    comm->conns = calloc((size_t)n * (size_t)comm->ncls, sizeof(*comm->conns));
+    comm->tp_of = calloc((size_t)n, 1);
+    comm->pidfds = malloc(sizeof(int) * (size_t)n);
+    comm->peer_ops = calloc((size_t)n, sizeof(*comm->peer_ops));
+    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_ops) {
+        status = plait_error(PLAIT_ERR_SYSTEM, "init: out of memory for %d ranks", n);
+        goto out;
+    }
+    for (int p = 0; p < n; p++)
+        comm->pidfds[p] = -1;
+    struct plait_rank_info *mine = &cards[me].info;
+    snprintf(mine->hostid, sizeof(mine->hostid), "%s", comm->set.hostid);
+    gethostname(mine->hostname, sizeof(mine->hostname) - 1);
+    mine->process_token = plait_process_token();
+    mine->pid = (int32_t)getpid();
+    cards[me].set = comm->set;
+    if ((status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards))))
+        goto out;
+
+    /* Every setting that changes the schedule or the framing must agree. */
+    for (int p = 0; p < n; p++) {
+        char diff[128];
+        const char *what = plait_settings_diff(&cards[0].set, &cards[p].set, diff, sizeof(diff));
+        if (what) {
+            status = plait_error(PLAIT_ERR_INVALID_USAGE,
+                                 "init: rank %d (host %.64s) has a different %s than rank 0 (%s); every rank must use "
+                                 "the same value",
+                                 p, cards[p].info.hostname, what, diff);
+            goto out;
+        }
+    }
+
+    /* Node map: hosts numbered in order of first appearance. */
+    comm->nhosts = 0;
+    for (int p = 0; p < n; p++) {
+        comm->ranks[p] = cards[p].info;
+        comm->ranks[p].hostid[sizeof(comm->ranks[p].hostid) - 1] = '\0';
+        comm->ranks[p].hostname[sizeof(comm->ranks[p].hostname) - 1] = '\0';
+        int h = -1, local = 0;
+        for (int q = 0; q < p; q++) {
+            if (strcmp(comm->ranks[q].hostid, comm->ranks[p].hostid) == 0) {
+                h = comm->ranks[q].host_index;
+                local++;
+            }
+        }
+        if (h < 0)
+            h = comm->nhosts++;
+        comm->ranks[p].host_index = h;
+        comm->ranks[p].local_rank = local;
+    }
+    comm->host_index = comm->ranks[me].host_index;
+    comm->local_rank = comm->ranks[me].local_rank;
+    comm->nlocal = 0;
+    for (int p = 0; p < n; p++)
+        if (comm->ranks[p].host_index == comm->host_index)
+            comm->nlocal++;
+
+    for (int p = 0; p < n; p++)
+        comm->tp_of[p] = (uint8_t)plait_pair_transport(comm, me, p);
+    for (int t = 0; t < PLAIT_TP_COUNT; t++)
+        if ((status = transports[t]->setup(comm))) {
+            status = plait_error_context(status, "rank %d: %s transport", me, transports[t]->name);
+            goto out;
+        }
+
+    /* Same host, other process: watch its pid for an exit. */
+    for (int p = 0; p < n; p++) {
+        if (p == me || comm->ranks[p].host_index != comm->host_index || comm->tp_of[p] == PLAIT_TP_INPROC)
+            continue;
+        int fd = (int)syscall(SYS_pidfd_open, (pid_t)comm->ranks[p].pid, 0);
+        if (fd < 0)
+            PLAIT_INFO(PLAIT_SUBSYS_INIT, "rank %d: cannot watch rank %d's process (pid %d): %s", me, p,
+                       comm->ranks[p].pid, strerror(errno));
+        comm->pidfds[p] = fd;
+    }
+
+    if ((status = plait_bootstrap_barrier(comm->bs)))
+        goto out;
+
+    if (plait_log_level() >= PLAIT_LOG_INFO) {
+        char line[512];
+        size_t o = 0;
+        for (int p = 0; p < n && o < sizeof(line) - 32; p++)
+            o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d:%s", p ? " " : "", p,
+                                  transports[comm->tp_of[p]]->name);
+        PLAIT_INFO(PLAIT_SUBSYS_INIT,
+                   "plait %d.%d.%d: rank %d of %d%s%s on %s (host %d of %d, local rank %d of %d), %d channels, "
+                   "transports %s",
+                   PLAIT_MAJOR, PLAIT_MINOR, PLAIT_PATCH, me, n, comm->name[0] ? " of " : "", comm->name,
+                   comm->ranks[me].hostname, comm->host_index, comm->nhosts, comm->local_rank, comm->nlocal,
+                   comm->nchannels, line);
+    }
+out:
+    free(cards);
+    return status;
+}
+
+struct init_job {
+    struct plait_comm *comm;
+    plait_unique_id_t id;
+    int start_root;
+};
+
+static void *init_thread_main(void *arg)
+{
+    struct init_job *job = arg;
+    struct plait_comm *comm = job->comm;
+    plait_result_t res = comm_setup(comm, &job->id, job->start_root);
+    if (res)
+        plait_comm_set_async_error(comm, res, plait_last_error_get());
+    else {
+        pthread_mutex_lock(&comm->async_lock);
+        if (comm->async_error == PLAIT_IN_PROGRESS)
+            comm->async_error = PLAIT_SUCCESS;
+        pthread_mutex_unlock(&comm->async_lock);
+    }
+    __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
+    free(job);
+    return NULL;
+}
+
+plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, const plait_unique_id_t *id, int rank,
+                                        const plait_config_t *user_config, int start_root, const char *fn)
+{
+    plait_log_configure();
+    if (!comm_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm_out is NULL", fn);
+    if (nranks < 1)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: nranks is %d (must be >= 1)", fn, nranks);
+    if (rank < 0 || rank >= nranks)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: rank %d is out of range [0, %d)", fn, rank, nranks);
+    plait_result_t status = check_config(user_config, fn);
+    if (status)
+        return status;
+    plait_config_t config;
+    config_read(user_config, &config);
+    struct plait_comm *comm = comm_alloc(rank, nranks, &config);
+    if (!comm)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+
+    if (!comm->blocking) {
+        struct init_job *job = malloc(sizeof(*job));
+        if (!job) {
+            comm_free(comm);
+            return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+        }
+        job->comm = comm;
+        job->id = *id;
+        job->start_root = start_root;
+        comm->async_error = PLAIT_IN_PROGRESS;
+        comm->init_pending = 1;
+        if (pthread_create(&comm->init_thread, NULL, init_thread_main, job) != 0) {
+            free(job);
+            comm_free(comm);
+            return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot start the init thread", fn);
+        }
+        comm->has_init_thread = 1;
+        *comm_out = comm;
+        return PLAIT_IN_PROGRESS;
+    }
+    status = comm_setup(comm, id, start_root);
+    if (status) {
+        comm_free(comm);
+        return status;
+    }
+    *comm_out = comm;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_comm_init_rank_config(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank,
+                                           const plait_config_t *config)
+{
+    return plait_comm_init_internal(comm_out, nranks, &id, rank, config, 0, "plait_comm_init_rank_config");
+}
+
+plait_result_t plait_comm_init_rank(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank)
+{
+    /* With PLAIT_COMM_ID the id names a fixed address and rank 0 hosts the root. */
+    const struct plait_uid *u = (const struct plait_uid *)id.internal;
+    int start_root = 0;
+    const char *fixed = plait_env_get("PLAIT_COMM_ID");
+    if (fixed && *fixed && rank == 0 && u->magic == PLAIT_UID_MAGIC) {
+        union plait_sockaddr a;
+        if (plait_sock_parse_addr(fixed, &a) == PLAIT_SUCCESS && memcmp(&a, &u->root, sizeof(a)) == 0)
+            start_root = 1;
+    }
+    return plait_comm_init_internal(comm_out, nranks, &id, rank, NULL, start_root, "plait_comm_init_rank");
+}
+
+plait_result_t plait_get_unique_id(plait_unique_id_t *id)
+{
+    plait_log_configure();
+    if (!id)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_get_unique_id: id is NULL");
+    struct plait_settings set;
+    plait_result_t status = plait_settings_load(&set);
+    if (status)
+        return status;
+    const char *fixed = plait_env_get("PLAIT_COMM_ID");
+    if (fixed && *fixed) {
+        union plait_sockaddr a;
+        if ((status = plait_sock_parse_addr(fixed, &a)))
+            return plait_error_context(status, "PLAIT_COMM_ID");
+        plait_bootstrap_uid_from_addr(&a, NULL, id);
+        return PLAIT_SUCCESS;
+    }
+    return plait_bootstrap_create_root(set.ifname, NULL, set.timeout_s, id);
+}
+
+/* ------------------------------------------------------------ init_all */
+
+struct init_all_arg {
+    plait_unique_id_t id;
+    int nranks;
+    int rank;
+    plait_comm_t comm;
+    plait_result_t res;
+    char msg[1024];
+};
+
+static void *init_all_thread(void *p)
+{
+    struct init_all_arg *a = p;
+    a->res = plait_comm_init_rank(&a->comm, a->nranks, a->id, a->rank);
+    if (a->res)
+        snprintf(a->msg, sizeof(a->msg), "%s", plait_last_error_get());
+    return NULL;
+}
+
+plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int *devlist)
+{
+    (void)devlist;
+    plait_log_configure();
+    if (!comms_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_all: comms_out is NULL");
+    if (ndev < 1)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_all: ndev is %d (must be >= 1)", ndev);
+    plait_unique_id_t id;
+    struct plait_settings set;
+    plait_result_t status = plait_settings_load(&set);
+    if (status)
+        return status;
+    /* An in-process root on loopback: these ranks never leave the process. */
+    union plait_sockaddr lo;
+    memset(&lo, 0, sizeof(lo));
+    lo.sin.sin_family = AF_INET;
+    lo.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((status = plait_bootstrap_create_root("lo", &lo, set.timeout_s, &id)))
+        return status;
+    struct init_all_arg *args = calloc((size_t)ndev, sizeof(*args));
+    pthread_t *threads = calloc((size_t)ndev, sizeof(*threads));
+    if (!args || !threads) {
+        free(args);
+        free(threads);
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_comm_init_all: out of memory");
+    }
+    int started = 0;
+    for (int r = 0; r < ndev; r++) {
+        args[r].id = id;
+        args[r].nranks = ndev;
+        args[r].rank = r;
+        if (pthread_create(&threads[r], NULL, init_all_thread, &args[r]) != 0) {
+            status = plait_error(PLAIT_ERR_SYSTEM, "plait_comm_init_all: cannot start thread %d", r);
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++)
+        pthread_join(threads[r], NULL);
+    if (!status)
+        for (int r = 0; r < ndev; r++)
+            if (args[r].res) {
+                status = plait_error(args[r].res, "plait_comm_init_all: rank %d: %s", r, args[r].msg);
+                break;
+            }
+    if (status) {
+        for (int r = 0; r < started; r++)
+            if (args[r].res == PLAIT_SUCCESS)
+                plait_comm_destroy(args[r].comm);
+    } else {
+        for (int r = 0; r < ndev; r++)
+            comms_out[r] = args[r].comm;
+    }
+    free(args);
+    free(threads);
+    return status;
+}
+
+/* ------------------------------------------------------------ split */
+
+struct split_card {
+    int32_t color;
+    int32_t key;
+    plait_unique_id_t id;
+};
+
+plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_comm_t *newcomm_out,
+                                const plait_config_t *config)
+{
+    plait_result_t status = plait_comm_check(comm, "plait_comm_split");
+    if (status)
+        return status;
+    if (!newcomm_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_split: newcomm_out is NULL");
+    if (color < PLAIT_SPLIT_NOCOLOR)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_split: color %d is negative", color);
+    if ((status = check_config(config, "plait_comm_split")))
+        return status;
+    const int n = comm->nranks, me = comm->rank;
+    struct split_card *cards = calloc((size_t)n, sizeof(*cards));
+    if (!cards)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_comm_split: out of memory");
+    cards[me].color = color;
+    cards[me].key = key;
+    /* Round 1: colors and keys. The lowest parent rank of each color hosts the
+     * child's root; round 2 hands its id to the others. */
+    if ((status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards))))
+        goto out;
+    int leader = -1;
+    for (int p = 0; p < n && color != PLAIT_SPLIT_NOCOLOR; p++)
+        if (cards[p].color == color) {
+            leader = p;
+            break;
+        }
+    plait_result_t root_status = PLAIT_SUCCESS;
+    if (leader == me)
+        root_status = plait_bootstrap_create_root(comm->set.ifname, NULL, comm->set.timeout_s, &cards[me].id);
+    if ((status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards))))
+        goto out;
+    if (root_status) {
+        status = root_status;
+        goto out;
+    }
+    if (color == PLAIT_SPLIT_NOCOLOR) {
+        *newcomm_out = NULL;
+        goto out;
+    }
+    int newrank = 0, newn = 0;
+    for (int p = 0; p < n; p++) {
+        if (cards[p].color != color)
+            continue;
+        newn++;
+        if (cards[p].key < key || (cards[p].key == key && p < me))
+            newrank++;
+    }
+    plait_config_t cfg;
+    if (config)
+        config_read(config, &cfg);
+    else {
+        config_read(NULL, &cfg);
+        cfg.blocking = comm->blocking;
+        if (comm->max_channels > 0)
+            cfg.max_ctas = comm->max_channels;
+    }
+    status = plait_comm_init_internal(newcomm_out, newn, &cards[leader].id, newrank, &cfg, 0, "plait_comm_split");
+out:
+    free(cards);
+    return status;
+}
+
+/* ------------------------------------------------------------ finalize, destroy, abort */
+
+static void wait_init(struct plait_comm *comm)
+{
+    if (comm->has_init_thread) {
+        pthread_join(comm->init_thread, NULL);
+        comm->has_init_thread = 0;
+    }
+}
+
+plait_result_t plait_comm_finalize(plait_comm_t comm)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_finalize: comm is NULL or not a communicator");
+    wait_init(comm);
+    plait_result_t status = PLAIT_SUCCESS;
+    if (comm->internal_stream)
+        status = plait_stream_synchronize(comm->internal_stream);
+    comm->finalized = 1;
+    if (!status && comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS)
+        status = plait_error(comm->async_error, "%s", comm->async_msg);
+    return status;
+}
+
+plait_result_t plait_comm_destroy(plait_comm_t comm)
+{
+    if (!comm)
+        return PLAIT_SUCCESS;
+    if (comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_destroy: comm is not a live communicator");
+    wait_init(comm);
+    if (comm->internal_stream) {
+        plait_stream_destroy(comm->internal_stream);
+        comm->internal_stream = NULL;
+    }
+    /* A forked child holds copies of its parent's communicators: it frees its
+     * memory and descriptors but never unlinks or announces anything. */
+    comm_free(comm);
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_comm_abort(plait_comm_t comm)
+{
+    if (!comm)
+        return PLAIT_SUCCESS;
+    if (comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_abort: comm is not a live communicator");
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    /* Every wait polls the flag at least every few milliseconds; wait for the
+     * threads inside the executor to leave before freeing. */
+    while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0)
+        usleep(500);
+    return plait_comm_destroy(comm);
+}
+
+plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *async_error_out)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: comm is NULL or not a communicator");
+    if (!async_error_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: async_error_out is NULL");
+    pthread_mutex_lock(&comm->async_lock);
+    plait_result_t e = comm->async_error;
+    pthread_mutex_unlock(&comm->async_lock);
+    if (e == PLAIT_SUCCESS && comm->internal_stream && plait_stream_busy(comm->internal_stream))
+        e = PLAIT_IN_PROGRESS;
+    *async_error_out = e;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: comm is NULL or not a communicator");
+    if (!count_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: count_out is NULL");
+    *count_out = comm->nranks;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: comm is NULL or not a communicator");
+    if (!rank_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: rank_out is NULL");
+    *rank_out = comm->rank;
+    return PLAIT_SUCCESS;
+}
+
+/* ------------------------------------------------------------ registration */
+
+struct plait_reg {
+    uint64_t magic;
+    struct plait_comm *comm;
+    void *buff;
+    size_t size;
+};
+#define PLAIT_REG_MAGIC 0x706c6169726567ull
+
+plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: comm is NULL or not a communicator");
+    if (!handle_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: handle_out is NULL");
+    if (!buff && size > 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: buff is NULL with size %zu", size);
+    /* Host buffers need no pinning for the staging path; the handle records the
+     * range for the single-copy paths that use it. */
+    struct plait_reg *reg = malloc(sizeof(*reg));
+    if (!reg)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_comm_register: out of memory");
+    reg->magic = PLAIT_REG_MAGIC;
+    reg->comm = comm;
+    reg->buff = buff;
+    reg->size = size;
+    *handle_out = reg;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_deregister: comm is NULL or not a communicator");
+    struct plait_reg *reg = handle;
+    if (!reg || reg->magic != PLAIT_REG_MAGIC || reg->comm != comm)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "plait_comm_deregister: handle was not returned by plait_comm_register on this comm");
+    reg->magic = 0;
+    free(reg);
+    return PLAIT_SUCCESS;
+}
+
+/* ------------------------------------------------------------ premultiplied sum */
+
+plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar, plait_datatype_t datatype,
+                                            plait_scalar_residence_t residence, plait_comm_t comm)
+{
+    plait_result_t status = plait_comm_check(comm, "plait_redop_create_premulsum");
+    if (status)
+        return status;
+    if (!op_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: op_out is NULL");
+    if (!scalar)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: scalar is NULL");
+    if ((int)datatype < 0 || datatype >= PLAIT_NUM_TYPES)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: datatype %d is invalid",
+                           (int)datatype);
+    if (residence != PLAIT_SCALAR_DEVICE && residence != PLAIT_SCALAR_HOST_IMMEDIATE)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: residence %d is invalid",
+                           (int)residence);
+    for (int i = 0; i < PLAIT_MAX_PREMUL_OPS; i++) {
+        struct plait_premul_op *p = &comm->premul[i];
+        if (p->in_use)
+            continue;
+        p->in_use = 1;
+        p->dtype = datatype;
+        p->residence = residence;
+        p->scalar_bits = 0;
+        memcpy(&p->scalar_bits, scalar, plait_dtype_size(datatype));
+        p->scalar_ptr = scalar;
+        *op_out = (plait_redop_t)(PLAIT_NUM_OPS + i);
+        return PLAIT_SUCCESS;
+    }
+    return plait_error(PLAIT_ERR_INVALID_USAGE, "plait_redop_create_premulsum: all %d custom ops are in use",
+                       PLAIT_MAX_PREMUL_OPS);
+}
+
+plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm)
+{
+    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: comm is NULL or not a communicator");
+    int i = (int)op - PLAIT_NUM_OPS;
+    if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: op %d was not created on this comm",
+                           (int)op);
+    comm->premul[i].in_use = 0;
+    return PLAIT_SUCCESS;
+}

@@ -1,0 +1,161 @@
+/* The communicator and the operations it runs (private). */
+#ifndef PLAIT_COMM_H
+#define PLAIT_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "plait.h"
+#include "env.h"
+#include "reduce.h"
+#include "../algorithms/schedule.h"
+#include "../transports/transport.h"
+
+#define PLAIT_COMM_MAGIC 0x706c6169636f6d6dull
+#define PLAIT_MAX_PREMUL_OPS 64
+
+/* What every rank learns about every other at init. */
+struct plait_rank_info {
+    char hostid[256];
+    char hostname[64];
+    uint64_t process_token; /* random per process: "same process" test */
+    int32_t pid;
+    int32_t host_index;     /* dense index of hostid, in order of first appearance */
+    int32_t local_rank;     /* index among the ranks of its host */
+};
+
+struct plait_premul_op {
+    int in_use;
+    int dtype;
+    int residence;
+    uint64_t scalar_bits;   /* the immediate value (HOST_IMMEDIATE) */
+    const void *scalar_ptr; /* read at enqueue (DEVICE residence, host memory here) */
+};
+
+struct plait_comm {
+    uint64_t magic;
+    int rank;
+    int nranks;
+    char name[64];
+    struct plait_settings set;
+    struct plait_bootstrap *bs;
+    struct plait_rank_info *ranks;
+    int nhosts;
+    int host_index;
+    int local_rank;
+    int nlocal;
+
+    /* connections: conns[peer * ncls + cls]; NULL where none */
+    int nchannels;
+    int ncls;               /* nchannels + 1: the last class is point-to-point */
+    struct plait_conn **conns;
+    uint8_t *tp_of;         /* transport id per peer */
+    void *tp_state[PLAIT_TP_COUNT];
+    int *pidfds;            /* per peer: pidfd of a same-host process, else -1 */
+    /* Operation counters {issued, completed}: ours are published where same-host
+     * peers can read them (the shm segment's header), so that a peer that died
+     * with issued > completed is known to have crashed mid-operation. */
+    uint64_t local_ops[2];
+    uint64_t *my_ops;
+    const uint64_t **peer_ops;
+    int dead_peer;          /* a peer that crashed mid-operation, or -1 */
+
+    int abort_flag;         /* raised by plait_comm_abort from any thread */
+    int busy;               /* threads inside the executor with this communicator */
+    int init_pending;       /* non-blocking init still running */
+    pid_t owner_pid;        /* the process that created it (fork safety) */
+    int blocking;
+    int max_channels;
+    uint64_t seq;           /* operations issued */
+    int in_error;           /* a collective failed: further ones are refused */
+    int finalized;
+
+    /* asynchronous state (non-blocking init/calls, stream workers) */
+    pthread_mutex_t async_lock;
+    plait_result_t async_error;
+    char async_msg[1024];
+    int async_pending;      /* non-blocking work not yet done */
+    pthread_t init_thread;
+    int has_init_thread;
+    struct plait_stream *internal_stream; /* runs calls of a non-blocking communicator */
+
+    struct plait_premul_op premul[PLAIT_MAX_PREMUL_OPS];
+    uint8_t barrier_buf[2][16];
+};
+
+/* One unit of the executor: a channel of a collective, or one side of a
+ * point-to-point transfer. */
+struct plait_task {
+    struct plait_op *op;
+    int cls;                 /* connection class */
+    int lane;                /* ordering lane: tasks of one comm and lane run in issue order */
+    struct plait_task *after;/* the task that must finish first (same comm and lane) */
+    plait_step_fn gen;       /* NULL: `step` is the only step */
+    uint64_t step_idx;
+    uint64_t piece_off;
+    int has_step;
+    int done;
+    struct plait_step step;
+};
+
+struct plait_op {
+    struct plait_comm *comm;
+    int coll;
+    const char *name;
+    const char *sendbuff;
+    char *recvbuff;
+    size_t esize;
+    struct plait_red red;
+    uint64_t seq;
+    struct plait_sched_args args;
+    int ntasks;
+    struct plait_task *tasks;
+    plait_stream_t stream;   /* where it runs (NULL: the calling thread) */
+    struct plait_op *next;   /* in a group's list */
+};
+
+/* The one init path: every public init calls it. start_root: this rank hosts
+ * the bootstrap root at the id's address (PLAIT_COMM_ID, launchers). */
+plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, const plait_unique_id_t *id, int rank,
+                                        const plait_config_t *config, int start_root, const char *fn);
+
+/* Validation helper shared by the API entry points. */
+plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn);
+
+/* Runs ops to completion on the calling thread (the progress loop). Returns the
+ * first error; failed communicators are marked in_error. */
+plait_result_t plait_exec_run(struct plait_op *ops);
+
+/* Frees a list of ops. */
+void plait_op_free_list(struct plait_op *ops);
+
+/* Queues an op: into the thread's open group, else runs it now (or on its stream). */
+plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);
+
+/* Streams: submit a list of ops to run in order on the stream's worker. */
+plait_result_t plait_stream_submit(plait_stream_t stream, struct plait_op *ops);
+plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_stream_t *out);
+int plait_stream_busy(plait_stream_t stream);
+
+/* Records an error found asynchronously on comm (first one wins). */
+void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);
+
+/* Checks for peers that are gone (pidfds); marks their connections. */
+void plait_comm_check_peers(struct plait_comm *comm);
+
+/* Ring/point-to-point lanes of a communicator's tasks. */
+static inline int plait_lane_send(const struct plait_comm *c, int peer)
+{
+    return c->nchannels + peer;
+}
+static inline int plait_lane_recv(const struct plait_comm *c, int peer)
+{
+    return c->nchannels + c->nranks + peer;
+}
+
+/* Internal host identity ("hostname" + "/netns:<inode>") and process token. */
+void plait_host_identity(char *buf, size_t len);
+uint64_t plait_process_token(void);
+
+#endif

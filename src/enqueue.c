@@ -1,0 +1,365 @@
+/* The collective and point-to-point entry points: validate the arguments, build
+ * the operation (its tasks and their schedule), and hand it to the group. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "log.h"
+#include "util.h"
+
+static plait_result_t check_type(int dtype, const char *fn)
+{
+    if (dtype < 0 || dtype >= PLAIT_NUM_TYPES)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: datatype %d is invalid (0..%d)", fn, dtype,
+                           PLAIT_NUM_TYPES - 1);
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t check_buf(const void *p, size_t count, const char *what, const char *fn)
+{
+    if (!p && count > 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count %zu", fn, what, count);
+    return PLAIT_SUCCESS;
+}
+
+/* count * esize * mult must fit in size_t (and in the 64-bit offsets). */
+static plait_result_t check_size(size_t count, size_t esize, size_t mult, const char *fn)
+{
+    size_t a, b;
+    if (plait_mul_overflows(count, esize, &a) || plait_mul_overflows(a, mult, &b) || b > (SIZE_MAX >> 1))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: count %zu x %zu bytes x %zu ranks overflows", fn, count,
+                           esize, mult);
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t check_rank(const struct plait_comm *comm, int r, const char *what, const char *fn)
+{
+    if (r < 0 || r >= comm->nranks)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s %d is out of range [0, %d)", fn, what, r, comm->nranks);
+    return PLAIT_SUCCESS;
+}
+
+/* Resolves the op (including premultiplied sums) into the executor's form. */
+static plait_result_t make_red(struct plait_comm *comm, int dtype, int op, struct plait_red *red, const char *fn)
+{
+    if (op >= 0 && op < PLAIT_NUM_OPS)
+        return plait_red_init(red, dtype, op, NULL, (uint64_t)comm->nranks);
+    int i = op - PLAIT_NUM_OPS;
+    if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: op %d is neither a built-in op (0..%d) nor a premulsum op created on this comm", fn, op,
+                           PLAIT_NUM_OPS - 1);
+    const struct plait_premul_op *p = &comm->premul[i];
+    if (p->dtype != dtype)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: premulsum op %d was created for %s, used with %s", fn, op,
+                           plait_dtype_name(p->dtype), plait_dtype_name(dtype));
+    uint64_t bits = p->scalar_bits;
+    if (p->residence == PLAIT_SCALAR_DEVICE) /* host memory here: read it now */
+        memcpy(&bits, p->scalar_ptr, plait_dtype_size(dtype));
+    return plait_red_init(red, dtype, PLAIT_RED_PREMULSUM, &bits, (uint64_t)comm->nranks);
+}
+
+static struct plait_op *op_new(struct plait_comm *comm, int coll, const char *name, int ntasks)
+{
+    struct plait_op *op = calloc(1, sizeof(*op) + sizeof(struct plait_task) * (size_t)ntasks);
+    if (!op)
+        return NULL;
+    op->comm = comm;
+    op->coll = coll;
+    op->name = name;
+    op->tasks = (struct plait_task *)(op + 1);
+    op->ntasks = 0;
+    return op;
+}
+
+void plait_op_free_list(struct plait_op *ops)
+{
+    while (ops) {
+        struct plait_op *next = ops->next;
+        free(ops);
+        ops = next;
+    }
+}
+
+static void sched_args(struct plait_op *op, size_t count, int root)
+{
+    struct plait_comm *comm = op->comm;
+    struct plait_sched_args *a = &op->args;
+    a->coll = op->coll;
+    a->nranks = comm->nranks;
+    a->rank = comm->rank;
+    a->root = root;
+    a->count = count;
+    a->nchannels = comm->nchannels;
+    a->align_elems = 16 / op->esize;
+    uint64_t chunk = comm->set.chunk_bytes / op->esize;
+    chunk = chunk / a->align_elems * a->align_elems;
+    a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
+}
+
+static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
+                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
+                              plait_stream_t stream)
+{
+    struct plait_op *op = op_new(comm, coll, name, comm->nchannels);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
+    op->sendbuff = sendbuff;
+    op->recvbuff = recvbuff;
+    op->esize = plait_dtype_size(dtype);
+    if (red)
+        op->red = *red;
+    else
+        plait_red_init(&op->red, dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
+    sched_args(op, count, root);
+    for (int c = 0; c < comm->nchannels; c++) {
+        struct plait_task *t = &op->tasks[op->ntasks++];
+        t->op = op;
+        t->cls = c;
+        t->lane = c;
+        t->gen = plait_ring_step;
+    }
+    return plait_enqueue(op, stream);
+}
+
+/* A point-to-point task: one step over the point-to-point class. */
+static void p2p_task(struct plait_op *op, int kind, int peer, uint64_t off, uint64_t count)
+{
+    struct plait_comm *comm = op->comm;
+    struct plait_task *t = &op->tasks[op->ntasks++];
+    t->op = op;
+    t->cls = comm->ncls - 1;
+    t->gen = NULL;
+    memset(&t->step, 0, sizeof(t->step));
+    t->step.kind = (uint8_t)kind;
+    t->step.src_buf = PLAIT_BUF_INPUT;
+    t->step.dst_buf = PLAIT_BUF_OUTPUT;
+    t->step.count = count;
+    if (kind == PLAIT_STEP_SEND) {
+        t->lane = plait_lane_send(comm, peer);
+        t->step.send_peer = peer;
+        t->step.src_off = off;
+    } else if (kind == PLAIT_STEP_RECV) {
+        t->lane = plait_lane_recv(comm, peer);
+        t->step.recv_peer = peer;
+        t->step.dst_off = off;
+    } else { /* local copy: its own lane, ordered after nothing that matters */
+        t->lane = plait_lane_recv(comm, comm->rank);
+        t->step.src_off = off;
+        t->step.dst_off = off;
+    }
+}
+
+/* ------------------------------------------------------------ collectives */
+
+plait_result_t plait_allreduce(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
+                               plait_redop_t op, plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_allreduce";
+    plait_result_t s;
+    struct plait_red red;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+        (s = make_red(comm, datatype, op, &red, fn)))
+        return s;
+    return ring_op(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
+}
+
+plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
+                               int root, plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_broadcast";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
+        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+        return s;
+    if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
+        return s;
+    return ring_op(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+}
+
+plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
+                            plait_redop_t op, int root, plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_reduce";
+    plait_result_t s;
+    struct plait_red red;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
+        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+        (s = make_red(comm, datatype, op, &red, fn)))
+        return s;
+    if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
+        return s;
+    return ring_op(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
+}
+
+plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t sendcount, plait_datatype_t datatype,
+                               plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_allgather";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_buf(sendbuff, sendcount, "sendbuff", fn)) || (s = check_buf(recvbuff, sendcount, "recvbuff", fn)) ||
+        (s = check_size(sendcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+        return s;
+    return ring_op(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
+}
+
+plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t recvcount, plait_datatype_t datatype,
+                                   plait_redop_t op, plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_reducescatter";
+    plait_result_t s;
+    struct plait_red red;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_buf(sendbuff, recvcount, "sendbuff", fn)) || (s = check_buf(recvbuff, recvcount, "recvbuff", fn)) ||
+        (s = check_size(recvcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)) ||
+        (s = make_red(comm, datatype, op, &red, fn)))
+        return s;
+    return ring_op(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
+}
+
+plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_barrier";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)))
+        return s;
+    /* A one-byte allreduce: every rank's completion depends on every rank's
+     * contribution, which is what a barrier promises. */
+    return ring_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
+                   stream);
+}
+
+/* ------------------------------------------------------------ direct (pairwise) */
+
+plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
+                              plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_alltoall";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+        return s;
+    if (count > 0 && sendbuff == recvbuff)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported (sendbuff == recvbuff)",
+                           fn);
+    const int n = comm->nranks, me = comm->rank;
+    struct plait_op *op = op_new(comm, PLAIT_COLL_ALLTOALL, fn, 2 * n - 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->sendbuff = sendbuff;
+    op->recvbuff = recvbuff;
+    op->esize = plait_dtype_size(datatype);
+    sched_args(op, count, 0);
+    /* Pairwise order: at round i send to me+i and receive from me-i, so no two
+     * ranks start on the same peer. */
+    p2p_task(op, PLAIT_STEP_COPY, me, (uint64_t)me * count, count);
+    for (int i = 1; i < n; i++) {
+        int to = (me + i) % n, from = (me + n - i) % n;
+        p2p_task(op, PLAIT_STEP_SEND, to, (uint64_t)to * count, count);
+        p2p_task(op, PLAIT_STEP_RECV, from, (uint64_t)from * count, count);
+    }
+    return plait_enqueue(op, stream);
+}
+
+plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
+                            plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_gather";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
+        (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+        return s;
+    const int n = comm->nranks, me = comm->rank;
+    if (me == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
+        return s;
+    struct plait_op *op = op_new(comm, PLAIT_COLL_GATHER, fn, me == root ? n : 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->sendbuff = sendbuff;
+    op->esize = plait_dtype_size(datatype);
+    sched_args(op, count, root);
+    if (me == root) {
+        /* the own block: read from sendbuff at offset 0, written at root*count */
+        op->recvbuff = (char *)recvbuff;
+        for (int p = 0; p < n; p++)
+            if (p != me)
+                p2p_task(op, PLAIT_STEP_RECV, p, (uint64_t)p * count, count);
+        p2p_task(op, PLAIT_STEP_COPY, me, 0, count);
+        op->tasks[op->ntasks - 1].step.dst_off = (uint64_t)me * count;
+    } else {
+        p2p_task(op, PLAIT_STEP_SEND, root, 0, count);
+    }
+    return plait_enqueue(op, stream);
+}
+
+plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
+                             plait_comm_t comm, plait_stream_t stream)
+{
+    static const char fn[] = "plait_scatter";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
+        (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+        return s;
+    const int n = comm->nranks, me = comm->rank;
+    if (me == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
+        return s;
+    struct plait_op *op = op_new(comm, PLAIT_COLL_SCATTER, fn, me == root ? n : 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->sendbuff = sendbuff;
+    op->recvbuff = recvbuff;
+    op->esize = plait_dtype_size(datatype);
+    sched_args(op, count, root);
+    if (me == root) {
+        for (int p = 0; p < n; p++)
+            if (p != me)
+                p2p_task(op, PLAIT_STEP_SEND, p, (uint64_t)p * count, count);
+        p2p_task(op, PLAIT_STEP_COPY, me, 0, count);
+        op->tasks[op->ntasks - 1].step.src_off = (uint64_t)me * count;
+    } else {
+        p2p_task(op, PLAIT_STEP_RECV, root, 0, count);
+    }
+    return plait_enqueue(op, stream);
+}
+
+plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,
+                          plait_stream_t stream)
+{
+    static const char fn[] = "plait_send";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
+        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+        return s;
+    struct plait_op *op = op_new(comm, PLAIT_COLL_SEND, fn, 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->sendbuff = sendbuff;
+    op->esize = plait_dtype_size(datatype);
+    sched_args(op, count, peer);
+    p2p_task(op, PLAIT_STEP_SEND, peer, 0, count);
+    return plait_enqueue(op, stream);
+}
+
+plait_result_t plait_recv(void *recvbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,
+                          plait_stream_t stream)
+{
+    static const char fn[] = "plait_recv";
+    plait_result_t s;
+    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
+        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+        return s;
+    struct plait_op *op = op_new(comm, PLAIT_COLL_RECV, fn, 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->recvbuff = recvbuff;
+    op->esize = plait_dtype_size(datatype);
+    sched_args(op, count, peer);
+    p2p_task(op, PLAIT_STEP_RECV, peer, 0, count);
+    return plait_enqueue(op, stream);
+}

@@ -1,0 +1,178 @@
+/* The table of environment variables and the settings read from them. */
+#define _GNU_SOURCE
+#include "env.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm.h"
+#include "log.h"
+
+const struct plait_env_var plait_env_table[] = {
+    {"PLAIT_DEBUG", "NCCL_DEBUG", "", "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error)."},
+    {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV",
+     "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
+     "STREAM, ENV, ALL; a leading ^ excludes."},
+    {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
+    {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
+     "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
+     "Default: the first interface that is up and not loopback, else loopback."},
+    {"PLAIT_COMM_ID", "NCCL_COMM_ID", "",
+     "host:port of the bootstrap root. When set, plait_get_unique_id() makes no root; rank 0 starts it at init."},
+    {"PLAIT_TIMEOUT", NULL, "120", "Deadline in seconds for setup waits (init, split, connection set-up)."},
+    {"PLAIT_COLL_TIMEOUT", NULL, "600",
+     "Deadline in seconds for one collective or group; 0 = none. A healthy rank may be late (checkpoint I/O)."},
+    {"PLAIT_TRANSPORT", NULL, "auto",
+     "auto: shared memory between processes of one host, in-process memory between threads of one process, TCP "
+     "between hosts; socket: TCP between every pair of distinct ranks."},
+    {"PLAIT_HOSTID", NULL, "",
+     "Host identity used to group ranks into nodes. Default: host name plus network namespace, so namespaces act as "
+     "separate hosts."},
+    {"PLAIT_NCHANNELS", NULL, "2", "Ring channels per collective (1..32)."},
+    {"PLAIT_NSLOTS", NULL, "4", "FIFO depth: slots per connection and direction (2..64)."},
+    {"PLAIT_BUFFSIZE", "NCCL_BUFFSIZE", "524288",
+     "Bytes of FIFO per connection and direction; a slot is BUFFSIZE/NSLOTS (rounded down to 64 bytes)."},
+    {"PLAIT_CHUNK_SIZE", NULL, "524288", "Bytes per ring step per rank-chunk (pipelined through the slots)."},
+    {"PLAIT_SPIN_US", NULL, "auto",
+     "Microseconds a waiting rank polls before yielding the core; auto = 20 when ranks on this host fit the cores, "
+     "else 0 (yield at once)."},
+    {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
+    {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
+    {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank (when no launcher variables are set)."},
+    {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
+    {"PLAIT_SECRET", NULL, "",
+     "plait_comm_init_from_env: shared secret for the bootstrap's challenge-response (any string). Without it (or "
+     "PLAIT_SECRET_FILE) the bootstrap is unauthenticated and a WARN says so."},
+    {"PLAIT_SECRET_FILE", NULL, "", "A file whose contents are the secret (first 4096 bytes)."},
+    {"PLAIT_PORT_OFFSET", NULL, "1",
+     "plait_comm_init_from_env under torchrun/MASTER_PORT: plait's root listens on MASTER_PORT + this offset, not on "
+     "the TCPStore's port."},
+};
+const size_t plait_env_table_len = sizeof(plait_env_table) / sizeof(plait_env_table[0]);
+
+const char *plait_env_get(const char *plait_name)
+{
+    const char *v = getenv(plait_name);
+    if (v)
+        return v;
+    for (size_t i = 0; i < plait_env_table_len; i++)
+        if (strcmp(plait_env_table[i].name, plait_name) == 0 && plait_env_table[i].nccl_name)
+            return getenv(plait_env_table[i].nccl_name);
+    return NULL;
+}
+
+static plait_result_t parse_long(const char *name, long lo, long hi, long deflt, long *out)
+{
+    const char *v = plait_env_get(name);
+    if (!v || !*v) {
+        *out = deflt;
+        return PLAIT_SUCCESS;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 0);
+    if (errno || end == v || (*end && *end != 'K' && *end != 'M' && *end != 'k' && *end != 'm') ||
+        (*end && end[1]))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number", name, v);
+    if (*end == 'K' || *end == 'k')
+        x *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        x *= 1024 * 1024;
+    if (x < lo || x > hi)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=%s is out of range [%ld, %ld]", name, v, lo, hi);
+    *out = x;
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t parse_seconds(const char *name, double deflt, double *out)
+{
+    const char *v = plait_env_get(name);
+    if (!v || !*v) {
+        *out = deflt;
+        return PLAIT_SUCCESS;
+    }
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || x < 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number of seconds >= 0", name, v);
+    *out = x;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_settings_load(struct plait_settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    long v = 0;
+    plait_result_t res;
+    if ((res = parse_long("PLAIT_NCHANNELS", 1, 32, 2, &v)))
+        return res;
+    s->nchannels = (int)v;
+    if ((res = parse_long("PLAIT_NSLOTS", 2, 64, 4, &v)))
+        return res;
+    s->nslots = (uint32_t)v;
+    if ((res = parse_long("PLAIT_BUFFSIZE", 4096, 1L << 30, 512 * 1024, &v)))
+        return res;
+    s->slot_bytes = (uint64_t)v / s->nslots / 64 * 64;
+    if (s->slot_bytes < 64)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_BUFFSIZE=%ld is too small for %u slots", v, s->nslots);
+    if ((res = parse_long("PLAIT_CHUNK_SIZE", 64, 1L << 30, 512 * 1024, &v)))
+        return res;
+    s->chunk_bytes = (uint64_t)v / 16 * 16;
+    if ((res = parse_seconds("PLAIT_TIMEOUT", 120, &s->timeout_s)))
+        return res;
+    if ((res = parse_seconds("PLAIT_COLL_TIMEOUT", 600, &s->coll_timeout_s)))
+        return res;
+    const char *spin = plait_env_get("PLAIT_SPIN_US");
+    if (!spin || !*spin || strcasecmp(spin, "auto") == 0) {
+        s->spin_us = -1;
+    } else {
+        if ((res = parse_long("PLAIT_SPIN_US", 0, 1000000, 0, &v)))
+            return res;
+        s->spin_us = (int)v;
+    }
+    const char *tp = plait_env_get("PLAIT_TRANSPORT");
+    if (!tp || !*tp || strcasecmp(tp, "auto") == 0)
+        s->transport_force = PLAIT_FORCE_NONE;
+    else if (strcasecmp(tp, "socket") == 0)
+        s->transport_force = PLAIT_FORCE_SOCKET;
+    else
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TRANSPORT=\"%s\" is unknown (valid: auto, socket)", tp);
+    const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
+    snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
+    const char *hid = plait_env_get("PLAIT_HOSTID");
+    if (hid && *hid)
+        snprintf(s->hostid, sizeof(s->hostid), "%s", hid);
+    else
+        plait_host_identity(s->hostid, sizeof(s->hostid));
+    return PLAIT_SUCCESS;
+}
+
+const char *plait_settings_diff(const struct plait_settings *a, const struct plait_settings *b, char *buf,
+                                size_t len)
+{
+    if (a->nchannels != b->nchannels) {
+        snprintf(buf, len, "%d vs %d", a->nchannels, b->nchannels);
+        return "PLAIT_NCHANNELS";
+    }
+    if (a->nslots != b->nslots) {
+        snprintf(buf, len, "%u vs %u", a->nslots, b->nslots);
+        return "PLAIT_NSLOTS";
+    }
+    if (a->slot_bytes != b->slot_bytes) {
+        snprintf(buf, len, "slot %llu vs %llu bytes", (unsigned long long)a->slot_bytes,
+                 (unsigned long long)b->slot_bytes);
+        return "PLAIT_BUFFSIZE";
+    }
+    if (a->chunk_bytes != b->chunk_bytes) {
+        snprintf(buf, len, "%llu vs %llu", (unsigned long long)a->chunk_bytes, (unsigned long long)b->chunk_bytes);
+        return "PLAIT_CHUNK_SIZE";
+    }
+    if (a->transport_force != b->transport_force) {
+        snprintf(buf, len, "%s vs %s", a->transport_force ? "socket" : "auto", b->transport_force ? "socket" : "auto");
+        return "PLAIT_TRANSPORT";
+    }
+    return NULL;
+}

@@ -1,0 +1,411 @@
+/* The CPU executor: runs the steps of every task of a set of operations, on the
+ * calling thread, until all are done (DESIGN.md, "Data path").
+ *
+ * Each task is a non-blocking state machine: advance() does every piece it can
+ * without waiting and reports PROGRESSED, BLOCKED or DONE. One loop drives every
+ * task of the set, across communicators, so a thread can run a group spanning
+ * several communicators without deadlock. When nothing moves, the loop polls for
+ * a bounded time, then yields the core (ranks may outnumber cores), and every
+ * millisecond checks the abort flags, the peers' liveness and the deadline. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "log.h"
+#include "util.h"
+
+enum { ADV_BLOCKED = 0, ADV_PROGRESSED = 1, ADV_DONE = 2, ADV_ERROR = 3 };
+
+/* Upper bound of pieces one advance() call moves, so that one busy task cannot
+ * starve the others of the loop (their peers wait on them). */
+#define PIECES_PER_ADVANCE 16
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int step_recvs(int kind)
+{
+    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY;
+}
+
+static int step_sends(int kind)
+{
+    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+static const char *buf_ptr(const struct plait_op *op, int which)
+{
+    return which == PLAIT_BUF_INPUT ? op->sendbuff : op->recvbuff;
+}
+
+static plait_result_t peer_gone_error(const struct plait_task *t, int peer, const char *what)
+{
+    const struct plait_op *op = t->op;
+    char who[160];
+    plait_peer_str(op->comm, peer, who, sizeof(who));
+    return plait_error(PLAIT_ERR_REMOTE, "%s (operation #%llu) on rank %d: %s is gone (%s)", op->name,
+                       (unsigned long long)op->seq, op->comm->rank, who, what);
+}
+
+static int fetch_step(struct plait_task *t)
+{
+    if (t->gen)
+        return t->gen(&t->op->args, t->cls, t->step_idx, &t->step);
+    return t->step_idx == 0;
+}
+
+/* Moves pieces of the task's current and following steps until it would wait. */
+static int task_advance(struct plait_task *t, plait_result_t *err)
+{
+    struct plait_op *op = t->op;
+    struct plait_comm *comm = op->comm;
+    const size_t es = op->esize;
+    int progressed = 0;
+    for (int budget = 0; budget < PIECES_PER_ADVANCE; budget++) {
+        if (!t->has_step) {
+            if (!fetch_step(t))
+                return ADV_DONE;
+            t->has_step = 1;
+            t->piece_off = 0;
+        }
+        struct plait_step *st = &t->step;
+        if (st->kind == PLAIT_STEP_COPY) {
+            const char *src = buf_ptr(op, st->src_buf) + st->src_off * es;
+            char *dst = (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es;
+            if (st->count > 0 && (src != dst || st->flags)) {
+                if (st->flags)
+                    plait_reduce_apply(&op->red, dst, src, NULL, st->count, st->flags);
+                else
+                    memcpy(dst, src, st->count * es);
+            }
+            t->has_step = 0;
+            t->step_idx++;
+            progressed = 1;
+            continue;
+        }
+        if (t->piece_off >= st->count) {
+            t->has_step = 0;
+            t->step_idx++;
+            progressed = 1;
+            continue;
+        }
+        struct plait_conn *rc = NULL, *sc = NULL;
+        const void *in = NULL;
+        void *out = NULL;
+        const uint64_t piece_max = comm->set.slot_bytes / es;
+        const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
+        const size_t bytes = (size_t)n * es;
+        if (step_recvs(st->kind)) {
+            rc = comm->conns[st->recv_peer * comm->ncls + t->cls];
+            if (rc->needs_progress) {
+                plait_result_t res = rc->tp->progress(rc);
+                if (res) {
+                    *err = res;
+                    return ADV_ERROR;
+                }
+            }
+            uint32_t got = 0;
+            in = plait_conn_recv_slot(rc, &got);
+            if (!in) {
+                if (rc->peer_gone) {
+                    *err = peer_gone_error(t, st->recv_peer, "waiting for its data");
+                    return ADV_ERROR;
+                }
+                return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+            }
+            if (got != bytes) {
+                char who[160];
+                *err = plait_error(PLAIT_ERR_INVALID_USAGE,
+                                   "%s (operation #%llu) on rank %d: received %u bytes from %s where %zu were "
+                                   "expected: the ranks called mismatched operations (count, type or order)",
+                                   op->name, (unsigned long long)op->seq, comm->rank, got,
+                                   plait_peer_str(comm, st->recv_peer, who, sizeof(who)), bytes);
+                return ADV_ERROR;
+            }
+        }
+        if (step_sends(st->kind)) {
+            sc = comm->conns[st->send_peer * comm->ncls + t->cls];
+            if (sc->needs_progress) {
+                plait_result_t res = sc->tp->progress(sc);
+                if (res) {
+                    *err = res;
+                    return ADV_ERROR;
+                }
+            }
+            out = plait_conn_send_slot(sc);
+            if (!out) {
+                if (sc->peer_gone) {
+                    *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
+                    return ADV_ERROR;
+                }
+                return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+            }
+        }
+        const char *src = buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es;
+        char *dst = (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es;
+        switch (st->kind) {
+        case PLAIT_STEP_SEND:
+            if (st->flags)
+                plait_reduce_apply(&op->red, out, src, NULL, n, st->flags);
+            else
+                memcpy(out, src, bytes);
+            break;
+        case PLAIT_STEP_RECV:
+            memcpy(dst, in, bytes);
+            break;
+        case PLAIT_STEP_RECV_REDUCE_SEND:
+            plait_reduce_apply(&op->red, out, src, in, n, st->flags);
+            break;
+        case PLAIT_STEP_RECV_REDUCE_COPY:
+            plait_reduce_apply(&op->red, dst, src, in, n, st->flags);
+            break;
+        case PLAIT_STEP_RECV_REDUCE_COPY_SEND:
+            plait_reduce_apply(&op->red, dst, src, in, n, st->flags);
+            memcpy(out, dst, bytes);
+            break;
+        case PLAIT_STEP_RECV_COPY_SEND:
+            memcpy(dst, in, bytes);
+            memcpy(out, in, bytes);
+            break;
+        default:
+            *err = plait_error(PLAIT_ERR_INTERNAL, "executor: unknown step kind %d", st->kind);
+            return ADV_ERROR;
+        }
+        if (sc) {
+            plait_conn_send_commit(sc, (uint32_t)bytes);
+            if (sc->needs_progress) {
+                plait_result_t res = sc->tp->progress(sc);
+                if (res) {
+                    *err = res;
+                    return ADV_ERROR;
+                }
+            }
+        }
+        if (rc)
+            plait_conn_recv_release(rc);
+        t->piece_off += n;
+        progressed = 1;
+    }
+    return ADV_PROGRESSED;
+}
+
+/* The set of communicators a run touches (small: usually one). */
+struct run_comms {
+    struct plait_comm *list[64];
+    int n;
+    int overflow;
+};
+
+static void add_comm(struct run_comms *rc, struct plait_comm *c)
+{
+    for (int i = 0; i < rc->n; i++)
+        if (rc->list[i] == c)
+            return;
+    if (rc->n < (int)(sizeof(rc->list) / sizeof(rc->list[0])))
+        rc->list[rc->n++] = c;
+    else
+        rc->overflow = 1;
+}
+
+/* Socket connections need progress even when no task is waiting on them:
+ * committed slots must leave and arriving ones must land. */
+static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed)
+{
+    struct plait_conn **conns = comm->conns;
+    for (int i = 0; i < comm->nranks * comm->ncls; i++) {
+        struct plait_conn *c = conns[i];
+        if (!c || !c->needs_progress)
+            continue;
+        plait_result_t res = c->tp->progress(c);
+        if (res)
+            return res;
+        if (!c->tp->is_flushed(c)) {
+            if (c->peer_gone)
+                return plait_error(PLAIT_ERR_REMOTE, "rank %d: %s is gone before it received our data", comm->rank,
+                                   "a socket peer");
+            *all_flushed = 0;
+        }
+    }
+    return PLAIT_SUCCESS;
+}
+
+static int spin_ns_for(const struct plait_comm *comm)
+{
+    if (comm->set.spin_us >= 0)
+        return comm->set.spin_us * 1000;
+    static int ncpu;
+    if (!ncpu) {
+        cpu_set_t set;
+        int n = 0;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0)
+            n = CPU_COUNT(&set);
+        ncpu = n > 0 ? n : 1;
+    }
+    /* Polling a core that the peer needs costs a whole scheduler tick. */
+    return comm->nlocal > ncpu ? 0 : 20000;
+}
+
+plait_result_t plait_exec_run(struct plait_op *ops)
+{
+    struct run_comms rc = {.n = 0};
+    int ntasks = 0;
+    for (struct plait_op *op = ops; op; op = op->next) {
+        add_comm(&rc, op->comm);
+        ntasks += op->ntasks;
+    }
+    if (rc.overflow)
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "a group may span at most 64 communicators");
+    double timeout = 0;
+    int spin_ns = 1 << 30;
+    for (int i = 0; i < rc.n; i++) {
+        if (rc.list[i]->set.coll_timeout_s > 0 && (timeout == 0 || rc.list[i]->set.coll_timeout_s < timeout))
+            timeout = rc.list[i]->set.coll_timeout_s;
+        int s = spin_ns_for(rc.list[i]);
+        if (s < spin_ns)
+            spin_ns = s;
+    }
+    const double deadline = plait_deadline(timeout);
+    for (int i = 0; i < rc.n; i++)
+        __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_ACQ_REL);
+
+    /* Order tasks of one communicator and lane by issue order: each waits for
+     * the previous one in its lane, so both ends of a connection see the same
+     * sequence of pieces. */
+    plait_result_t status = PLAIT_SUCCESS;
+    struct plait_comm *failed_comm = NULL;
+    struct plait_task **all = malloc(sizeof(*all) * (size_t)(ntasks > 0 ? ntasks : 1));
+    if (!all) {
+        status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
+        goto out;
+    }
+    int k = 0;
+    for (struct plait_op *op = ops; op; op = op->next)
+        for (int i = 0; i < op->ntasks; i++) {
+            struct plait_task *t = &op->tasks[i];
+            t->after = NULL;
+            for (int j = k - 1; j >= 0; j--)
+                if (all[j]->op->comm == op->comm && all[j]->lane == t->lane) {
+                    t->after = all[j];
+                    break;
+                }
+            all[k++] = t;
+        }
+
+    uint64_t idle_since = 0;
+    uint64_t last_check = plait_now_ns();
+    for (;;) {
+        int remaining = 0, progressed = 0;
+        for (int i = 0; i < ntasks; i++) {
+            struct plait_task *t = all[i];
+            if (t->done)
+                continue;
+            if (t->after && !t->after->done) {
+                remaining++;
+                continue;
+            }
+            plait_result_t err = PLAIT_SUCCESS;
+            int r = task_advance(t, &err);
+            if (r == ADV_ERROR) {
+                status = err;
+                failed_comm = t->op->comm;
+                goto out;
+            }
+            if (r == ADV_DONE) {
+                t->done = 1;
+                progressed = 1;
+            } else {
+                remaining++;
+                progressed |= r == ADV_PROGRESSED;
+            }
+        }
+        int flushed = 1;
+        for (int i = 0; i < rc.n; i++) {
+            plait_result_t res = progress_sockets(rc.list[i], &flushed);
+            if (res) {
+                status = res;
+                failed_comm = rc.list[i];
+                goto out;
+            }
+        }
+        if (remaining == 0 && flushed)
+            break;
+        if (progressed) {
+            idle_since = 0;
+            continue;
+        }
+        uint64_t now = plait_now_ns();
+        if (!idle_since)
+            idle_since = now;
+        uint64_t idle = now - idle_since;
+        if (idle < (uint64_t)spin_ns)
+            cpu_relax();
+        else if (idle < 100000000ull)
+            sched_yield();
+        else
+            usleep(200); /* a long wait (a late peer): stop burning the core */
+        if (now - last_check > 1000000ull) {
+            last_check = now;
+            for (int i = 0; i < rc.n; i++) {
+                struct plait_comm *c = rc.list[i];
+                if (plait_aborted(&c->abort_flag)) {
+                    status = plait_error(PLAIT_ERR_REMOTE, "rank %d: communicator aborted (plait_comm_abort)",
+                                         c->rank);
+                    failed_comm = c;
+                    goto out;
+                }
+                plait_comm_check_peers(c);
+                if (c->dead_peer >= 0) {
+                    char who[160];
+                    status = plait_error(PLAIT_ERR_REMOTE,
+                                         "rank %d: %s died in the middle of an operation; the communicator is broken",
+                                         c->rank, plait_peer_str(c, c->dead_peer, who, sizeof(who)));
+                    failed_comm = c;
+                    goto out;
+                }
+            }
+            if (plait_deadline_passed(deadline)) {
+                struct plait_op *op = NULL;
+                for (int i = 0; i < ntasks; i++)
+                    if (!all[i]->done) {
+                        op = all[i]->op;
+                        break;
+                    }
+                status = plait_error(PLAIT_ERR_TIMEOUT,
+                                     "%s (operation #%llu) on rank %d did not complete within PLAIT_COLL_TIMEOUT=%g s",
+                                     op ? op->name : "operation", op ? (unsigned long long)op->seq : 0ull,
+                                     op ? op->comm->rank : -1, timeout);
+                failed_comm = op ? op->comm : NULL;
+                goto out;
+            }
+        }
+    }
+out:
+    free(all);
+    if (!status)
+        for (struct plait_op *op = ops; op; op = op->next)
+            __atomic_add_fetch(&op->comm->my_ops[1], 1, __ATOMIC_RELEASE);
+    if (status) {
+        /* The connections' state is unknown after a failure: the communicators
+         * involved refuse further work (as NCCL's do after an error). */
+        for (int i = 0; i < rc.n; i++)
+            rc.list[i]->in_error = 1;
+        if (failed_comm)
+            plait_comm_set_async_error(failed_comm, status, plait_last_error_get());
+    }
+    for (int i = 0; i < rc.n; i++)
+        __atomic_sub_fetch(&rc.list[i]->busy, 1, __ATOMIC_ACQ_REL);
+    return status;
+}

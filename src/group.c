@@ -1,0 +1,110 @@
+/* Groups: per-thread queues of operations launched together at the outermost
+ * plait_group_end(). Operations on NULL streams run on the calling thread in one
+ * executor pass (across communicators); those on a stream go to its worker;
+ * those of a non-blocking communicator go to the communicator's internal stream
+ * and the call reports PLAIT_IN_PROGRESS. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "comm.h"
+#include "log.h"
+
+struct group_state {
+    int depth;
+    struct plait_op *head;
+    struct plait_op *tail;
+};
+
+static __thread struct group_state group;
+
+plait_result_t plait_group_start(void)
+{
+    group.depth++;
+    return PLAIT_SUCCESS;
+}
+
+/* Takes the ops whose destination stream is `s` out of *list, in order. */
+static struct plait_op *take_stream(struct plait_op **list, plait_stream_t s)
+{
+    struct plait_op *out = NULL, **out_tail = &out, **pp = list;
+    while (*pp) {
+        struct plait_op *op = *pp;
+        if (op->stream == s) {
+            *pp = op->next;
+            op->next = NULL;
+            *out_tail = op;
+            out_tail = &op->next;
+        } else {
+            pp = &op->next;
+        }
+    }
+    return out;
+}
+
+static plait_result_t launch(struct plait_op *ops)
+{
+    plait_result_t status = PLAIT_SUCCESS;
+    int in_progress = 0;
+    /* Calls of non-blocking communicators on the NULL stream run on their
+     * communicator's internal stream. */
+    for (struct plait_op *op = ops; op; op = op->next) {
+        if (op->stream || op->comm->blocking)
+            continue;
+        if (!op->comm->internal_stream) {
+            plait_result_t r = plait_stream_create_internal(op->comm, &op->comm->internal_stream);
+            if (r) {
+                plait_op_free_list(ops);
+                return r;
+            }
+        }
+        op->stream = op->comm->internal_stream;
+        in_progress = 1;
+    }
+    while (ops) {
+        plait_stream_t s = ops->stream;
+        struct plait_op *batch = take_stream(&ops, s);
+        if (s) {
+            plait_result_t r = plait_stream_submit(s, batch);
+            if (r && !status)
+                status = r;
+        } else {
+            plait_result_t r = plait_exec_run(batch);
+            plait_op_free_list(batch);
+            if (r && !status)
+                status = r;
+        }
+    }
+    if (!status && in_progress)
+        return PLAIT_IN_PROGRESS;
+    return status;
+}
+
+plait_result_t plait_group_end(void)
+{
+    if (group.depth <= 0)
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "plait_group_end: no plait_group_start on this thread");
+    if (--group.depth > 0)
+        return PLAIT_SUCCESS;
+    struct plait_op *ops = group.head;
+    group.head = group.tail = NULL;
+    /* A call refused inside the group returned its error and is simply not part
+     * of it; the others run. */
+    return launch(ops);
+}
+
+plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream)
+{
+    struct plait_comm *comm = op->comm;
+    op->stream = stream;
+    op->seq = ++comm->seq;
+    __atomic_add_fetch(&comm->my_ops[0], 1, __ATOMIC_RELEASE);
+    if (group.depth > 0) {
+        if (group.tail)
+            group.tail->next = op;
+        else
+            group.head = op;
+        group.tail = op;
+        return PLAIT_SUCCESS;
+    }
+    return launch(op);
+}

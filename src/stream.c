@@ -1,0 +1,288 @@
+/* Host streams and events.
+ *
+ * A host stream is a worker thread with a FIFO of items: a batch of operations
+ * (run by the executor on the worker), an event record, or a wait for an event.
+ * Items run in issue order; plait_stream_synchronize waits for the queue to
+ * drain. Events count records: record N completes when the stream reaches it,
+ * and waits compare against the record count at the time of the wait. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "log.h"
+
+enum item_kind { ITEM_OPS, ITEM_RECORD, ITEM_WAIT };
+
+struct plait_event {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t records;   /* records issued */
+    uint64_t completed; /* records reached */
+};
+
+struct item {
+    int kind;
+    struct plait_op *ops;
+    struct plait_event *event;
+    uint64_t target;
+    struct item *next;
+};
+
+struct plait_stream {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;      /* new item, or stop */
+    pthread_cond_t idle_cond; /* queue drained */
+    struct item *head, *tail;
+    int running;              /* the worker is executing an item */
+    int stop;
+    plait_result_t error;     /* first error since the last synchronize */
+    char error_msg[1024];
+    struct plait_comm *owner; /* internal stream of a non-blocking communicator */
+    pthread_t thread;
+};
+
+static void run_item(struct plait_stream *s, struct item *it)
+{
+    if (it->kind == ITEM_OPS) {
+        plait_result_t r = plait_exec_run(it->ops);
+        if (r) {
+            pthread_mutex_lock(&s->lock);
+            if (!s->error) {
+                s->error = r;
+                snprintf(s->error_msg, sizeof(s->error_msg), "%s", plait_last_error_get());
+            }
+            pthread_mutex_unlock(&s->lock);
+            for (struct plait_op *op = it->ops; op; op = op->next)
+                plait_comm_set_async_error(op->comm, r, plait_last_error_get());
+        }
+        plait_op_free_list(it->ops);
+    } else if (it->kind == ITEM_RECORD) {
+        pthread_mutex_lock(&it->event->lock);
+        if (it->target > it->event->completed)
+            it->event->completed = it->target;
+        pthread_cond_broadcast(&it->event->cond);
+        pthread_mutex_unlock(&it->event->lock);
+    } else {
+        pthread_mutex_lock(&it->event->lock);
+        while (it->event->completed < it->target)
+            pthread_cond_wait(&it->event->cond, &it->event->lock);
+        pthread_mutex_unlock(&it->event->lock);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct plait_stream *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (!s->head && s->stop)
+            break;
+        struct item *it = s->head;
+        s->head = it->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->running = 1;
+        pthread_mutex_unlock(&s->lock);
+        run_item(s, it);
+        free(it);
+        pthread_mutex_lock(&s->lock);
+        s->running = 0;
+        if (!s->head)
+            pthread_cond_broadcast(&s->idle_cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static plait_result_t push(struct plait_stream *s, struct item *it)
+{
+    pthread_mutex_lock(&s->lock);
+    it->next = NULL;
+    if (s->tail)
+        s->tail->next = it;
+    else
+        s->head = it;
+    s->tail = it;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t stream_new(struct plait_comm *owner, plait_stream_t *out)
+{
+    struct plait_stream *s = calloc(1, sizeof(*s));
+    if (!s)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_create: out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->idle_cond, NULL);
+    s->owner = owner;
+    if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        pthread_cond_destroy(&s->idle_cond);
+        free(s);
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_create: cannot start the worker thread");
+    }
+    *out = s;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_stream_create(plait_stream_t *stream_out)
+{
+    if (!stream_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_stream_create: stream_out is NULL");
+    return stream_new(NULL, stream_out);
+}
+
+plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_stream_t *out)
+{
+    return stream_new(comm, out);
+}
+
+plait_result_t plait_stream_submit(plait_stream_t s, struct plait_op *ops)
+{
+    struct item *it = calloc(1, sizeof(*it));
+    if (!it) {
+        plait_op_free_list(ops);
+        return plait_error(PLAIT_ERR_SYSTEM, "stream: out of memory");
+    }
+    it->kind = ITEM_OPS;
+    it->ops = ops;
+    return push(s, it);
+}
+
+int plait_stream_busy(plait_stream_t s)
+{
+    pthread_mutex_lock(&s->lock);
+    int busy = s->head != NULL || s->running;
+    pthread_mutex_unlock(&s->lock);
+    return busy;
+}
+
+plait_result_t plait_stream_synchronize(plait_stream_t s)
+{
+    if (!s)
+        return PLAIT_SUCCESS; /* the NULL stream's host work is already complete */
+    pthread_mutex_lock(&s->lock);
+    while (s->head || s->running)
+        pthread_cond_wait(&s->idle_cond, &s->lock);
+    plait_result_t r = s->error;
+    char msg[1024];
+    memcpy(msg, s->error_msg, sizeof(msg));
+    s->error = PLAIT_SUCCESS;
+    pthread_mutex_unlock(&s->lock);
+    if (r)
+        return plait_error(r, "%s", msg);
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_stream_destroy(plait_stream_t s)
+{
+    if (!s)
+        return PLAIT_SUCCESS;
+    plait_result_t r = plait_stream_synchronize(s);
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->idle_cond);
+    free(s);
+    return r;
+}
+
+plait_result_t plait_stream_from_cuda(void *cuda_stream, plait_stream_t *stream_out)
+{
+    (void)cuda_stream;
+    (void)stream_out;
+    return plait_error(PLAIT_ERR_INVALID_USAGE,
+                       "plait_stream_from_cuda: this libplait has no CUDA backend yet (host streams only)");
+}
+
+/* ------------------------------------------------------------ events */
+
+plait_result_t plait_event_create(plait_event_t *event_out)
+{
+    if (!event_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_create: event_out is NULL");
+    struct plait_event *e = calloc(1, sizeof(*e));
+    if (!e)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_event_create: out of memory");
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    *event_out = e;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
+{
+    if (!e)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_record: event is NULL");
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = ++e->records;
+    if (!s) {
+        e->completed = target;
+        pthread_cond_broadcast(&e->cond);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (!s)
+        return PLAIT_SUCCESS;
+    struct item *it = calloc(1, sizeof(*it));
+    if (!it)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_event_record: out of memory");
+    it->kind = ITEM_RECORD;
+    it->event = e;
+    it->target = target;
+    return push(s, it);
+}
+
+plait_result_t plait_event_synchronize(plait_event_t e)
+{
+    if (!e)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_synchronize: event is NULL");
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = e->records;
+    while (e->completed < target)
+        pthread_cond_wait(&e->cond, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_stream_wait_event(plait_stream_t s, plait_event_t e)
+{
+    if (!e)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_stream_wait_event: event is NULL");
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = e->records;
+    pthread_mutex_unlock(&e->lock);
+    if (!s) {
+        /* The NULL stream is the calling thread: wait here. */
+        return plait_event_synchronize(e);
+    }
+    struct item *it = calloc(1, sizeof(*it));
+    if (!it)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_wait_event: out of memory");
+    it->kind = ITEM_WAIT;
+    it->event = e;
+    it->target = target;
+    return push(s, it);
+}
+
+plait_result_t plait_event_destroy(plait_event_t e)
+{
+    if (!e)
+        return PLAIT_SUCCESS;
+    plait_event_synchronize(e);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->cond);
+    free(e);
+    return PLAIT_SUCCESS;
+}

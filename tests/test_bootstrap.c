@@ -1,0 +1,1033 @@
+/* Bootstrap and its socket layer: hashing, addresses, deadline-bounded IO, the
+ * challenge-response, and communicators formed by threads and by processes,
+ * including faults (wrong secret, garbage, silent peers, missing ranks, abort).
+ * All traffic stays on loopback. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+#include "socket.h"
+#include "util.h"
+
+#define LO "lo"
+
+/* ---------------------------------------------------------------- helpers */
+
+static void hex(const uint8_t *p, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", p[i]);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Every root thread this test started must be gone by the end of it. */
+static void expect_roots_gone(double within_s)
+{
+    double end = plait_now() + within_s;
+    while (plait_bootstrap_roots_running() > 0 && plait_now() < end)
+        sleep_ms(10);
+    cr_assert_eq(plait_bootstrap_roots_running(), 0, "a bootstrap root thread is still running");
+}
+
+static union plait_sockaddr uid_root(const plait_unique_id_t *id)
+{
+    struct plait_uid u;
+    memcpy(&u, id->internal, sizeof(u));
+    return u.root;
+}
+
+static union plait_sockaddr parse(const char *s)
+{
+    union plait_sockaddr a;
+    cr_assert_eq(plait_sock_parse_addr(s, &a), PLAIT_SUCCESS, "parse %s: %s", s, plait_last_error_get());
+    return a;
+}
+
+/* A free loopback port: bind port 0, read it, close. */
+static union plait_sockaddr free_loopback_port(void)
+{
+    union plait_sockaddr a = parse("127.0.0.1:0");
+    int fd;
+    cr_assert_eq(plait_sock_listen(&a, &fd), PLAIT_SUCCESS);
+    close(fd);
+    return a;
+}
+
+/* A connected TCP pair on loopback. */
+static void tcp_pair(int *a, int *b)
+{
+    union plait_sockaddr addr = parse("127.0.0.1:0");
+    int lfd;
+    cr_assert_eq(plait_sock_listen(&addr, &lfd), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_connect(&addr, plait_deadline(2), NULL, a), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_accept(lfd, plait_deadline(2), NULL, b), PLAIT_SUCCESS);
+    close(lfd);
+}
+
+static const uint8_t test_secret[PLAIT_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
+
+/* ---------------------------------------------------------------- SHA-256, HMAC */
+
+static void check_sha(const void *data, size_t len, const char *expect)
+{
+    uint8_t d[32];
+    char h[65];
+    plait_sha256(data, len, d);
+    hex(d, 32, h);
+    cr_assert_str_eq(h, expect, "sha256 of %zu bytes", len);
+}
+
+Test(socket, sha256_vectors, .timeout = 10)
+{
+    /* FIPS 180-4 examples (via NIST's SHA-256 example document). */
+    check_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    check_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    check_sha(m448, strlen(m448), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmn"
+                       "opqrstnopqrstu";
+    check_sha(m896, strlen(m896), "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    char *million = malloc(1000000);
+    cr_assert(million);
+    memset(million, 'a', 1000000);
+    check_sha(million, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    /* Lengths around the padding boundaries. */
+    static const struct {
+        size_t n;
+        const char *h;
+    } a_runs[] = {
+        {55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+        {56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+        {63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+        {64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+        {65, "635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d4f17eb0ae0"},
+        {119, "31eba51c313a5c08226adf18d4a359cfdfd8d2e816b13f4af952f7ea6584dcfb"},
+        {120, "2f3d335432c70b580af0e8e1b3674a7c020d683aa5f73aaaedfdc55af904c21c"},
+        {1000, "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3"},
+    };
+    for (size_t i = 0; i < sizeof(a_runs) / sizeof(a_runs[0]); i++)
+        check_sha(million, a_runs[i].n, a_runs[i].h);
+    free(million);
+}
+
+static void check_hmac(const uint8_t *key, size_t klen, const void *data, size_t dlen, const char *expect)
+{
+    uint8_t d[32];
+    char h[65];
+    plait_hmac_sha256(key, klen, data, dlen, d);
+    hex(d, 32, h);
+    cr_assert(strncmp(h, expect, strlen(expect)) == 0, "hmac: got %s, expected %s", h, expect);
+}
+
+Test(socket, hmac_rfc4231, .timeout = 10)
+{
+    uint8_t k[131], d[50];
+
+    memset(k, 0x0b, 20);
+    check_hmac(k, 20, "Hi There", 8, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    check_hmac((const uint8_t *)"Jefe", 4, "what do ya want for nothing?", 28,
+               "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    memset(k, 0xaa, 20);
+    memset(d, 0xdd, 50);
+    check_hmac(k, 20, d, 50, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+    for (int i = 0; i < 25; i++)
+        k[i] = (uint8_t)(i + 1);
+    memset(d, 0xcd, 50);
+    check_hmac(k, 25, d, 50, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+    memset(k, 0x0c, 20);
+    check_hmac(k, 20, "Test With Truncation", 20, "a3b6167473100ee06e0c796c2955552b"); /* truncated to 128 bits */
+    memset(k, 0xaa, 131);
+    const char *t6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+    check_hmac(k, 131, t6, strlen(t6), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    const char *t7 = "This is a test using a larger than block-size key and a larger than block-size data. The key "
+                     "needs to be hashed before being used by the HMAC algorithm.";
+    check_hmac(k, 131, t7, strlen(t7), "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+Test(socket, random_bytes, .timeout = 10)
+{
+    uint8_t a[64], b[64], zero[64] = {0};
+    cr_assert_eq(plait_random_bytes(a, sizeof(a)), PLAIT_SUCCESS);
+    cr_assert_eq(plait_random_bytes(b, sizeof(b)), PLAIT_SUCCESS);
+    cr_assert(memcmp(a, b, sizeof(a)) != 0);
+    cr_assert(memcmp(a, zero, sizeof(a)) != 0);
+}
+
+/* ---------------------------------------------------------------- addresses, interfaces */
+
+Test(socket, parse_and_print, .timeout = 10)
+{
+    char buf[PLAIT_SOCKADDR_STRLEN];
+    static const char *roundtrip[] = {"127.0.0.1:80", "10.1.2.3:65535", "0.0.0.0:0", "[::1]:8080",
+                                      "[fe80::1:2]:1"};
+    for (size_t i = 0; i < sizeof(roundtrip) / sizeof(roundtrip[0]); i++) {
+        union plait_sockaddr a = parse(roundtrip[i]);
+        plait_sockaddr_str(&a, buf, sizeof(buf));
+        cr_assert_str_eq(buf, roundtrip[i]);
+    }
+    union plait_sockaddr a = parse("127.0.0.1:1234");
+    cr_assert_eq(a.sa.sa_family, AF_INET);
+    cr_assert_eq(ntohs(a.sin.sin_port), 1234);
+    a = parse("[::1]:9");
+    cr_assert_eq(a.sa.sa_family, AF_INET6);
+    cr_assert_eq(ntohs(a.sin6.sin6_port), 9);
+    /* localhost comes from /etc/hosts; IPv4 is preferred when both exist. */
+    a = parse("localhost:4242");
+    plait_sockaddr_str(&a, buf, sizeof(buf));
+    cr_assert(strcmp(buf, "127.0.0.1:4242") == 0 || strcmp(buf, "[::1]:4242") == 0, "localhost -> %s", buf);
+    /* Truncation never overflows. */
+    a = parse("[::1]:8080");
+    plait_sockaddr_str(&a, buf, 5);
+    cr_assert_eq(strlen(buf), 4);
+}
+
+Test(socket, parse_malformed, .timeout = 10)
+{
+    static const char *bad[] = {"",          "127.0.0.1",   "127.0.0.1:",   ":80",      "1.2.3.4:65536",
+                                "1.2.3.4:-1", "1.2.3.4:80x", "1.2.3.4:123456", "[::1:80", "[::1]80",
+                                "::1:80",    "[]:80",       "[1.2.3.4]:80", "[::1]:",   "1.2.3.4: 80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        union plait_sockaddr a;
+        plait_last_error_clear();
+        cr_assert_eq(plait_sock_parse_addr(bad[i], &a), PLAIT_ERR_INVALID_ARGUMENT, "\"%s\" accepted", bad[i]);
+        cr_assert(strlen(plait_last_error_get()) > 0);
+    }
+    union plait_sockaddr a;
+    cr_assert_eq(plait_sock_parse_addr(NULL, &a), PLAIT_ERR_INVALID_ARGUMENT);
+}
+
+Test(socket, find_ifaddr, .timeout = 10)
+{
+    union plait_sockaddr a;
+    char name[32], buf[PLAIT_SOCKADDR_STRLEN];
+
+    cr_assert_eq(plait_sock_find_ifaddr("lo", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_str_eq(name, "lo");
+    plait_sockaddr_str(&a, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "127.0.0.1:0"); /* IPv4 preferred over ::1 */
+    cr_assert_eq(plait_sock_find_ifaddr("=lo", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_str_eq(name, "lo");
+    cr_assert_eq(plait_sock_find_ifaddr(" nonexistent9 , lo ", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_str_eq(name, "lo");
+    /* "=l" is an exact name, not a prefix of "lo". */
+    plait_last_error_clear();
+    cr_assert_eq(plait_sock_find_ifaddr("=l", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
+    cr_assert(strstr(plait_last_error_get(), "lo") != NULL, "the message lists interfaces: %s",
+              plait_last_error_get());
+    cr_assert_eq(plait_sock_find_ifaddr("nonexistent9", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
+    /* Excluding lo gives another interface, or an error on a loopback-only box. */
+    plait_result_t r = plait_sock_find_ifaddr("^lo", &a, name, sizeof(name));
+    cr_assert(r == PLAIT_ERR_SYSTEM || (r == PLAIT_SUCCESS && strcmp(name, "lo") != 0));
+    r = plait_sock_find_ifaddr("^=lo", &a, name, sizeof(name));
+    cr_assert(r == PLAIT_ERR_SYSTEM || (r == PLAIT_SUCCESS && strcmp(name, "lo") != 0));
+    /* The default prefers a non-loopback interface when one is up. */
+    cr_assert_eq(plait_sock_find_ifaddr(NULL, &a, name, sizeof(name)), PLAIT_SUCCESS);
+    if (plait_sock_find_ifaddr("^lo", &a, buf, sizeof(buf)) == PLAIT_SUCCESS) {
+        cr_assert_eq(plait_sock_find_ifaddr("", &a, name, sizeof(name)), PLAIT_SUCCESS);
+        cr_assert_str_neq(name, "lo");
+    }
+}
+
+/* ---------------------------------------------------------------- IO with deadlines */
+
+Test(socket, recv_timeout_and_eof, .timeout = 10)
+{
+    int a, b;
+    char buf[16];
+    tcp_pair(&a, &b);
+
+    /* A silent peer: the deadline ends the wait. */
+    double t0 = plait_now();
+    cr_assert_eq(plait_sock_recv_all(a, buf, sizeof(buf), plait_deadline(0.3), NULL), PLAIT_ERR_TIMEOUT);
+    double dt = plait_now() - t0;
+    cr_assert(dt > 0.25 && dt < 1.5, "waited %.3f s", dt);
+
+    /* Part of a message, then EOF. */
+    cr_assert_eq(plait_sock_send_all(b, "hello", 5, plait_deadline(1), NULL), PLAIT_SUCCESS);
+    close(b);
+    cr_assert_eq(plait_sock_recv_all(a, buf, sizeof(buf), plait_deadline(2), NULL), PLAIT_ERR_REMOTE);
+    cr_assert(strstr(plait_last_error_get(), "connection closed by 127.0.0.1:") != NULL, "%s",
+              plait_last_error_get());
+
+    /* Sending to a closed peer returns an error (no SIGPIPE kills us). */
+    plait_result_t r = PLAIT_SUCCESS;
+    static char big[1 << 16];
+    for (int i = 0; i < 200 && r == PLAIT_SUCCESS; i++)
+        r = plait_sock_send_all(a, big, sizeof(big), plait_deadline(2), NULL);
+    cr_assert_eq(r, PLAIT_ERR_REMOTE, "%s", plait_last_error_get());
+    close(a);
+}
+
+struct abort_after {
+    int *flag;
+    int ms;
+};
+
+static void *raise_after(void *p)
+{
+    struct abort_after *a = p;
+    sleep_ms(a->ms);
+    __atomic_store_n(a->flag, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+Test(socket, recv_abort, .timeout = 10)
+{
+    int a, b, flag = 0;
+    char buf[4];
+    pthread_t t;
+    struct abort_after aa = {&flag, 200};
+    tcp_pair(&a, &b);
+    pthread_create(&t, NULL, raise_after, &aa);
+    double t0 = plait_now();
+    cr_assert_eq(plait_sock_recv_all(a, buf, sizeof(buf), 0, &flag), PLAIT_ERR_REMOTE);
+    cr_assert(strstr(plait_last_error_get(), "abort") != NULL);
+    cr_assert(plait_now() - t0 < 1.0);
+    pthread_join(t, NULL);
+    close(a);
+    close(b);
+}
+
+struct sr_arg {
+    int fd;
+    size_t len;
+    uint8_t *out, *in;
+    plait_result_t r;
+};
+
+static void *sendrecv_thread(void *p)
+{
+    struct sr_arg *s = p;
+    s->r = plait_sock_sendrecv(s->fd, s->out, s->len, s->fd, s->in, s->len, plait_deadline(10), NULL);
+    return NULL;
+}
+
+/* Both ends send 8 MiB before reading anything: blocking sends would deadlock. */
+Test(socket, sendrecv_large_both_ways, .timeout = 20)
+{
+    const size_t len = 8u << 20;
+    struct sr_arg x = {.len = len}, y = {.len = len};
+    pthread_t t;
+    tcp_pair(&x.fd, &y.fd);
+    x.out = malloc(len);
+    x.in = malloc(len);
+    y.out = malloc(len);
+    y.in = malloc(len);
+    cr_assert(x.out && x.in && y.out && y.in);
+    for (size_t i = 0; i < len; i++) {
+        x.out[i] = (uint8_t)(i * 7);
+        y.out[i] = (uint8_t)(i * 13 + 1);
+    }
+    pthread_create(&t, NULL, sendrecv_thread, &y);
+    sendrecv_thread(&x);
+    pthread_join(t, NULL);
+    cr_assert_eq(x.r, PLAIT_SUCCESS);
+    cr_assert_eq(y.r, PLAIT_SUCCESS);
+    cr_assert(memcmp(x.in, y.out, len) == 0);
+    cr_assert(memcmp(y.in, x.out, len) == 0);
+    free(x.out);
+    free(x.in);
+    free(y.out);
+    free(y.in);
+    close(x.fd);
+    close(y.fd);
+}
+
+Test(socket, connect_refused_until_deadline, .timeout = 10)
+{
+    union plait_sockaddr a = free_loopback_port();
+    int fd, flag = 0;
+    double t0 = plait_now();
+    cr_assert_eq(plait_sock_connect(&a, plait_deadline(0.5), NULL, &fd), PLAIT_ERR_TIMEOUT);
+    double dt = plait_now() - t0;
+    cr_assert(dt > 0.45 && dt < 1.5, "waited %.3f s", dt);
+    cr_assert(strstr(plait_last_error_get(), "127.0.0.1") != NULL, "%s", plait_last_error_get());
+
+    pthread_t t;
+    struct abort_after aa = {&flag, 200};
+    pthread_create(&t, NULL, raise_after, &aa);
+    t0 = plait_now();
+    cr_assert_eq(plait_sock_connect(&a, 0, &flag, &fd), PLAIT_ERR_REMOTE);
+    cr_assert(plait_now() - t0 < 1.0);
+    pthread_join(t, NULL);
+}
+
+Test(socket, accept_timeout, .timeout = 10)
+{
+    union plait_sockaddr a = parse("127.0.0.1:0");
+    int lfd, fd;
+    cr_assert_eq(plait_sock_listen(&a, &lfd), PLAIT_SUCCESS);
+    cr_assert_neq(ntohs(a.sin.sin_port), 0, "the bound port is written back");
+    double t0 = plait_now();
+    cr_assert_eq(plait_sock_accept(lfd, plait_deadline(0.3), NULL, &fd), PLAIT_ERR_TIMEOUT);
+    cr_assert(plait_now() - t0 < 1.5);
+    close(lfd);
+}
+
+/* ---------------------------------------------------------------- challenge-response */
+
+struct auth_arg {
+    int fd;
+    const uint8_t *secret;
+    plait_result_t r;
+};
+
+static void *auth_server_thread(void *p)
+{
+    struct auth_arg *a = p;
+    a->r = plait_sock_auth_server(a->fd, a->secret, plait_deadline(5), NULL);
+    if (a->r != PLAIT_SUCCESS)
+        shutdown(a->fd, SHUT_RDWR); /* what a caller does: close on failure */
+    return NULL;
+}
+
+static void run_auth(const uint8_t *server_secret, const uint8_t *client_secret, plait_result_t *rs,
+                     plait_result_t *rc)
+{
+    int a, b;
+    pthread_t t;
+    tcp_pair(&a, &b);
+    struct auth_arg s = {.fd = b, .secret = server_secret};
+    pthread_create(&t, NULL, auth_server_thread, &s);
+    *rc = plait_sock_auth_client(a, client_secret, plait_deadline(5), NULL);
+    pthread_join(t, NULL);
+    *rs = s.r;
+    close(a);
+    close(b);
+}
+
+Test(socket, auth, .timeout = 10)
+{
+    uint8_t other[PLAIT_SECRET_BYTES];
+    plait_result_t rs, rc;
+
+    run_auth(test_secret, test_secret, &rs, &rc);
+    cr_assert_eq(rs, PLAIT_SUCCESS);
+    cr_assert_eq(rc, PLAIT_SUCCESS);
+
+    memcpy(other, test_secret, sizeof(other));
+    other[31] ^= 1;
+    run_auth(test_secret, other, &rs, &rc);
+    cr_assert_eq(rs, PLAIT_ERR_REMOTE);
+    cr_assert_eq(rc, PLAIT_ERR_REMOTE);
+    cr_assert(strstr(plait_last_error_get(), "authentication failed") != NULL, "%s", plait_last_error_get());
+}
+
+/* A server that does not speak the protocol, and a server that does not hold the secret. */
+Test(socket, auth_client_rejects_bad_servers, .timeout = 10)
+{
+    int a, b;
+    uint8_t msg[PLAIT_AUTH_ANSWER_BYTES];
+
+    tcp_pair(&a, &b);
+    memset(msg, 'x', sizeof(msg));
+    cr_assert_eq(plait_sock_send_all(b, msg, PLAIT_AUTH_CHALLENGE_BYTES, plait_deadline(1), NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_auth_client(a, test_secret, plait_deadline(2), NULL), PLAIT_ERR_REMOTE);
+    cr_assert(strstr(plait_last_error_get(), "protocol tag") != NULL, "%s", plait_last_error_get());
+    close(a);
+    close(b);
+
+    /* Right tag, then a random proof. */
+    tcp_pair(&a, &b);
+    struct plait_auth st;
+    uint8_t challenge[PLAIT_AUTH_CHALLENGE_BYTES];
+    cr_assert_eq(plait_auth_server_challenge(&st, challenge), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_send_all(b, challenge, sizeof(challenge), plait_deadline(1), NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_random_bytes(msg, PLAIT_AUTH_PROOF_BYTES), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_send_all(b, msg, PLAIT_AUTH_PROOF_BYTES, plait_deadline(1), NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_auth_client(a, test_secret, plait_deadline(2), NULL), PLAIT_ERR_REMOTE);
+    cr_assert(strstr(plait_last_error_get(), "does not hold the secret") != NULL, "%s", plait_last_error_get());
+    close(a);
+    close(b);
+}
+
+/* The step functions: a replayed challenge nonce and a flipped MAC bit fail. */
+Test(socket, auth_steps, .timeout = 10)
+{
+    struct plait_auth s, c;
+    uint8_t ch[PLAIT_AUTH_CHALLENGE_BYTES], ans[PLAIT_AUTH_ANSWER_BYTES], proof[PLAIT_AUTH_PROOF_BYTES];
+
+    cr_assert_eq(plait_auth_server_challenge(&s, ch), PLAIT_SUCCESS);
+    cr_assert(plait_auth_client_answer(&c, test_secret, ch, ans));
+    ans[40] ^= 0x80;
+    cr_assert_not(plait_auth_server_check(&s, test_secret, ans, proof));
+    ans[40] ^= 0x80;
+    cr_assert(plait_auth_server_check(&s, test_secret, ans, proof));
+    cr_assert(plait_auth_client_check(&c, test_secret, proof));
+    proof[0] ^= 1;
+    cr_assert_not(plait_auth_client_check(&c, test_secret, proof));
+    /* The secret itself never appears in a message. */
+    cr_assert(memmem(ans, sizeof(ans), test_secret, 8) == NULL);
+    /* A client answering with the server's own nonce is refused. */
+    memcpy(ans, ch + PLAIT_AUTH_TAG_BYTES, 32);
+    cr_assert_not(plait_auth_server_check(&s, test_secret, ans, proof));
+}
+
+/* ---------------------------------------------------------------- communicators of threads */
+
+struct rank_ctx {
+    plait_unique_id_t id;
+    int rank;
+    int nranks;
+    struct plait_bootstrap_opts opts;
+    size_t block; /* allgather bytes per rank; 0: init and close only */
+    int rounds;
+    int delay_ms;
+    plait_result_t result;
+    plait_result_t later_result; /* of a call after the first failure */
+    char err[1024];
+    double elapsed;
+};
+
+static uint8_t pattern(int rank, size_t i, int round)
+{
+    return (uint8_t)(rank * 131 + (int)i * 7 + round * 29 + (int)(i >> 9));
+}
+
+/* Init, allgathers and barriers as one rank; returns the first failure. Used by
+ * threads and by forked processes, so it asserts nothing itself. */
+static plait_result_t rank_run(struct rank_ctx *c)
+{
+    struct plait_bootstrap *bs = NULL;
+    plait_result_t r;
+
+    if (c->delay_ms)
+        sleep_ms(c->delay_ms);
+    double t0 = plait_now();
+    r = plait_bootstrap_init(&c->id, c->rank, c->nranks, &c->opts, &bs);
+    for (int round = 0; r == PLAIT_SUCCESS && round < c->rounds; round++) {
+        if (c->block) {
+            uint8_t *buf = malloc(c->block * (size_t)c->nranks);
+            if (!buf)
+                return PLAIT_ERR_SYSTEM;
+            memset(buf, 0xee, c->block * (size_t)c->nranks);
+            for (size_t i = 0; i < c->block; i++)
+                buf[(size_t)c->rank * c->block + i] = pattern(c->rank, i, round);
+            r = plait_bootstrap_allgather(bs, buf, c->block);
+            for (int p = 0; r == PLAIT_SUCCESS && p < c->nranks; p++)
+                for (size_t i = 0; i < c->block; i++)
+                    if (buf[(size_t)p * c->block + i] != pattern(p, i, round)) {
+                        r = plait_error(PLAIT_ERR_INTERNAL, "rank %d: wrong byte %zu of rank %d's block", c->rank,
+                                        i, p);
+                        break;
+                    }
+            free(buf);
+        }
+        if (r == PLAIT_SUCCESS)
+            r = plait_bootstrap_barrier(bs);
+    }
+    if (r == PLAIT_SUCCESS) {
+        int has_fds = plait_bootstrap_next_fd(bs) >= 0 && plait_bootstrap_prev_fd(bs) >= 0;
+        if (c->nranks > 1 ? !has_fds : plait_bootstrap_next_fd(bs) != -1)
+            r = plait_error(PLAIT_ERR_INTERNAL, "rank %d: unexpected ring fds", c->rank);
+        if (memcmp(plait_bootstrap_secret(bs), ((const struct plait_uid *)(const void *)c->id.internal)->secret,
+                   PLAIT_SECRET_BYTES) != 0)
+            r = plait_error(PLAIT_ERR_INTERNAL, "rank %d: wrong secret", c->rank);
+    }
+    plait_bootstrap_close(bs);
+    c->elapsed = plait_now() - t0;
+    c->result = r;
+    snprintf(c->err, sizeof(c->err), "%s", r == PLAIT_SUCCESS ? "" : plait_last_error_get());
+    return r;
+}
+
+static void *rank_thread(void *p)
+{
+    rank_run(p);
+    return NULL;
+}
+
+static struct rank_ctx *make_ranks(const plait_unique_id_t *id, int n, double timeout_s, size_t block, int rounds)
+{
+    struct rank_ctx *c = calloc((size_t)n, sizeof(*c));
+    cr_assert(c);
+    for (int i = 0; i < n; i++) {
+        c[i].id = *id;
+        c[i].rank = i;
+        c[i].nranks = n;
+        c[i].opts.timeout_s = timeout_s;
+        c[i].opts.ifname_spec = LO;
+        c[i].block = block;
+        c[i].rounds = rounds;
+    }
+    return c;
+}
+
+static void run_threads(struct rank_ctx *c, int n)
+{
+    pthread_t *t = calloc((size_t)n, sizeof(*t));
+    cr_assert(t);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, rank_thread, &c[i]), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    free(t);
+}
+
+static void expect_all_ok(const struct rank_ctx *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(c[i].result, PLAIT_SUCCESS, "rank %d: %s", c[i].rank, c[i].err);
+}
+
+static void threads_case(int n, size_t block, int rounds)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    struct rank_ctx *c = make_ranks(&id, n, 10, block, rounds);
+    run_threads(c, n);
+    expect_all_ok(c, n);
+    free(c);
+    expect_roots_gone(2);
+}
+
+Test(bootstrap, threads_1, .timeout = 10)
+{
+    threads_case(1, 64, 2);
+}
+
+Test(bootstrap, threads_2, .timeout = 10)
+{
+    threads_case(2, 1000, 3);
+}
+
+/* 4 MiB blocks: far beyond the socket buffers, so sends must overlap receives. */
+Test(bootstrap, threads_3_large_blocks, .timeout = 20)
+{
+    threads_case(3, 4u << 20, 1);
+}
+
+Test(bootstrap, threads_5, .timeout = 10)
+{
+    threads_case(5, 4097, 3);
+}
+
+Test(bootstrap, threads_8, .timeout = 15)
+{
+    threads_case(8, 65536, 2);
+}
+
+/* Ranks arrive in reverse order, spread out in time. */
+Test(bootstrap, threads_out_of_order, .timeout = 10)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 4, 10, 16, 1);
+    for (int i = 0; i < 4; i++)
+        c[i].delay_ms = (3 - i) * 60;
+    run_threads(c, 4);
+    expect_all_ok(c, 4);
+    free(c);
+    expect_roots_gone(2);
+}
+
+/* ---------------------------------------------------------------- communicators of processes */
+
+/* Forks one process per rank and waits for all of them (killing any left at the
+ * deadline). Returns how many exited 0. */
+static int run_processes(struct rank_ctx *c, int n, double within_s)
+{
+    pid_t *pids = calloc((size_t)n, sizeof(*pids));
+    int ok = 0, left = n;
+    cr_assert(pids);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        cr_assert_geq(pids[i], 0);
+        if (pids[i] == 0) {
+            plait_result_t r = rank_run(&c[i]);
+            if (r != PLAIT_SUCCESS)
+                fprintf(stderr, "rank %d failed: %s\n", c[i].rank, c[i].err);
+            _exit(r == PLAIT_SUCCESS ? 0 : 10 + (int)r);
+        }
+    }
+    double end = plait_now() + within_s;
+    while (left > 0 && plait_now() < end) {
+        for (int i = 0; i < n; i++) {
+            int st;
+            if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                    ok++;
+                else
+                    fprintf(stderr, "rank %d: exit status %#x\n", i, st);
+                pids[i] = 0;
+                left--;
+            }
+        }
+        sleep_ms(5);
+    }
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
+    free(pids);
+    return ok;
+}
+
+Test(bootstrap, processes_5, .timeout = 20)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 5, 10, 3000, 2);
+    cr_assert_eq(run_processes(c, 5, 15), 5);
+    free(c);
+    expect_roots_gone(2);
+}
+
+/* PLAIT_COMM_ID style: no root beforehand; rank 0 starts it inside init, and
+ * the processes are single-threaded when forked. Unauthenticated id. */
+Test(bootstrap, processes_4_start_root, .timeout = 20)
+{
+    plait_unique_id_t id;
+    union plait_sockaddr root = free_loopback_port();
+    plait_bootstrap_uid_from_addr(&root, NULL, &id);
+    struct rank_ctx *c = make_ranks(&id, 4, 10, 100, 2);
+    for (int i = 0; i < 4; i++)
+        c[i].opts.start_root = 1;
+    c[0].delay_ms = 200; /* the others must retry until the root is up */
+    cr_assert_eq(run_processes(c, 4, 15), 4);
+    free(c);
+}
+
+/* ---------------------------------------------------------------- start_root, ids */
+
+Test(bootstrap, start_root_fixed_address, .timeout = 15)
+{
+    plait_unique_id_t id, id2;
+    union plait_sockaddr root = free_loopback_port();
+    uint8_t secret[PLAIT_SECRET_BYTES];
+
+    cr_assert_eq(plait_random_bytes(secret, sizeof(secret)), PLAIT_SUCCESS);
+    plait_bootstrap_uid_from_addr(&root, secret, &id);
+    plait_bootstrap_uid_from_addr(&root, secret, &id2);
+    cr_assert(memcmp(&id, &id2, sizeof(id)) == 0, "uids from the same address and secret are identical");
+
+    struct rank_ctx *c = make_ranks(&id, 4, 10, 512, 2);
+    for (int i = 0; i < 4; i++) {
+        c[i].opts.start_root = 1;
+        c[i].opts.ifname_spec = NULL; /* listen where the root connection goes: loopback */
+    }
+    c[0].delay_ms = 250;
+    run_threads(c, 4);
+    expect_all_ok(c, 4);
+    free(c);
+    expect_roots_gone(2);
+
+    /* One rank with start_root: no root, no sockets. */
+    c = make_ranks(&id, 1, 10, 8, 1);
+    c[0].opts.start_root = 1;
+    run_threads(c, 1);
+    expect_all_ok(c, 1);
+    cr_assert_eq(plait_bootstrap_roots_running(), 0);
+    free(c);
+}
+
+Test(bootstrap, unauthenticated_uid, .timeout = 10)
+{
+    plait_unique_id_t a, b;
+    union plait_sockaddr root = parse("127.0.0.1:29500");
+    plait_bootstrap_uid_from_addr(&root, NULL, &a);
+    plait_bootstrap_uid_from_addr(&root, NULL, &b);
+    cr_assert(memcmp(&a, &b, sizeof(a)) == 0);
+    const struct plait_uid *u = (const void *)a.internal;
+    cr_assert_eq(u->is_authenticated, 0);
+    cr_assert_eq(u->magic, PLAIT_UID_MAGIC);
+    uint8_t zero[PLAIT_SECRET_BYTES] = {0};
+    cr_assert(memcmp(u->secret, zero, sizeof(zero)) != 0);
+
+    plait_unique_id_t r;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 0.3, &r), PLAIT_SUCCESS);
+    const struct plait_uid *ur = (const void *)r.internal;
+    cr_assert_eq(ur->is_authenticated, 1);
+    cr_assert_neq(ur->nonce, 0);
+    expect_roots_gone(3); /* nobody came: the root gives up on its own */
+}
+
+Test(bootstrap, invalid_arguments, .timeout = 10)
+{
+    plait_unique_id_t id;
+    struct plait_bootstrap *bs = NULL;
+    struct plait_bootstrap_opts opts = {.timeout_s = 1, .ifname_spec = LO};
+    union plait_sockaddr root = parse("127.0.0.1:1");
+
+    plait_bootstrap_uid_from_addr(&root, test_secret, &id);
+    cr_assert_eq(plait_bootstrap_init(&id, 2, 2, &opts, &bs), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(plait_bootstrap_init(&id, -1, 2, &opts, &bs), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(plait_bootstrap_init(&id, 0, 0, &opts, &bs), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(plait_bootstrap_init(NULL, 0, 1, &opts, &bs), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(plait_bootstrap_init(&id, 0, 1, &opts, NULL), PLAIT_ERR_INVALID_ARGUMENT);
+    plait_unique_id_t junk;
+    memset(&junk, 0x5a, sizeof(junk));
+    cr_assert_eq(plait_bootstrap_init(&junk, 0, 1, &opts, &bs), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert(bs == NULL);
+    cr_assert_eq(plait_bootstrap_allgather(NULL, NULL, 0), PLAIT_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(plait_bootstrap_barrier(NULL), PLAIT_ERR_INVALID_ARGUMENT);
+    plait_bootstrap_close(NULL);
+}
+
+/* ---------------------------------------------------------------- faults */
+
+/* Log WARNs to a file so a test can check that rejected peers are named. */
+static void log_to_file(char *path, size_t len)
+{
+    snprintf(path, len, "/tmp/plait_test_bootstrap_%d.log", (int)getpid());
+    unlink(path);
+    setenv("PLAIT_DEBUG", "WARN", 1);
+    setenv("PLAIT_DEBUG_FILE", path, 1);
+    plait_log_configure();
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    static char buf[1 << 16];
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+Test(bootstrap, wrong_secret_refused, .timeout = 15)
+{
+    plait_unique_id_t id, bad;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    bad = id;
+    ((struct plait_uid *)(void *)bad.internal)->secret[0] ^= 0xff;
+
+    /* An impostor holding the wrong secret claims rank 1 first. */
+    struct rank_ctx *imp = make_ranks(&bad, 3, 3, 8, 1);
+    imp[1].rank = 1;
+    rank_run(&imp[1]);
+    cr_assert_eq(imp[1].result, PLAIT_ERR_REMOTE, "%s", imp[1].err);
+    cr_assert(strstr(imp[1].err, "authentication failed") != NULL, "%s", imp[1].err);
+
+    /* A raw client with the wrong secret, connected while the ranks arrive. */
+    union plait_sockaddr root = uid_root(&id);
+    int fd;
+    cr_assert_eq(plait_sock_connect(&root, plait_deadline(2), NULL, &fd), PLAIT_SUCCESS);
+
+    struct rank_ctx *c = make_ranks(&id, 3, 10, 256, 2);
+    cr_assert_eq(plait_sock_auth_client(fd, ((struct plait_uid *)(void *)bad.internal)->secret, plait_deadline(2),
+                                        NULL),
+                 PLAIT_ERR_REMOTE);
+    close(fd);
+    run_threads(c, 3);
+    expect_all_ok(c, 3);
+    free(c);
+    free(imp);
+    expect_roots_gone(2);
+}
+
+Test(bootstrap, garbage_and_silent_peers, .timeout = 15)
+{
+    char logpath[128];
+    plait_unique_id_t id;
+    log_to_file(logpath, sizeof(logpath));
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    union plait_sockaddr root = uid_root(&id);
+
+    /* 4 KiB of random bytes, connection kept open. */
+    int garbage, empty, silent, authed;
+    uint8_t junk[4096];
+    cr_assert_eq(plait_random_bytes(junk, sizeof(junk)), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_connect(&root, plait_deadline(2), NULL, &garbage), PLAIT_SUCCESS);
+    plait_sock_send_all(garbage, junk, sizeof(junk), plait_deadline(2), NULL); /* may fail once dropped */
+    /* Connects, sends nothing, closes. */
+    cr_assert_eq(plait_sock_connect(&root, plait_deadline(2), NULL, &empty), PLAIT_SUCCESS);
+    close(empty);
+    /* Connects and stays silent through the whole formation: must not stall it. */
+    cr_assert_eq(plait_sock_connect(&root, plait_deadline(2), NULL, &silent), PLAIT_SUCCESS);
+    /* Holds the secret but sends a garbage hello: told so and dropped. */
+    cr_assert_eq(plait_sock_connect(&root, plait_deadline(2), NULL, &authed), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_auth_client(authed, ((struct plait_uid *)(void *)id.internal)->secret,
+                                        plait_deadline(2), NULL),
+                 PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_send_all(authed, junk, 48, plait_deadline(2), NULL), PLAIT_SUCCESS);
+    uint8_t reply[64];
+    cr_assert_eq(plait_sock_recv_all(authed, reply, 40, plait_deadline(2), NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_recv_all(authed, reply, 1, plait_deadline(2), NULL), PLAIT_ERR_REMOTE, "then closed");
+    close(authed);
+
+    double t0 = plait_now();
+    struct rank_ctx *c = make_ranks(&id, 3, 10, 100, 2);
+    run_threads(c, 3);
+    expect_all_ok(c, 3);
+    cr_assert(plait_now() - t0 < 5, "formation stalled for %.1f s", plait_now() - t0);
+    free(c);
+    close(garbage);
+    close(silent);
+    expect_roots_gone(2);
+
+    const char *log = read_file(logpath);
+    cr_assert(strstr(log, "dropped connection from 127.0.0.1:") != NULL, "log: %s", log);
+    cr_assert(strstr(log, "rejected registration from 127.0.0.1:") != NULL, "log: %s", log);
+    unlink(logpath);
+}
+
+Test(bootstrap, duplicate_and_mismatched_ranks, .timeout = 15)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 3, 10, 64, 1);
+    pthread_t t1;
+    cr_assert_eq(pthread_create(&t1, NULL, rank_thread, &c[1]), 0);
+    sleep_ms(300); /* rank 1 has registered */
+
+    struct rank_ctx *dup = make_ranks(&id, 3, 5, 0, 0);
+    rank_run(&dup[1]);
+    cr_assert_eq(dup[1].result, PLAIT_ERR_INVALID_USAGE, "%s", dup[1].err);
+    cr_assert(strstr(dup[1].err, "already registered") != NULL, "%s", dup[1].err);
+    cr_assert(dup[1].elapsed < 2);
+
+    struct rank_ctx *mis = make_ranks(&id, 4, 5, 0, 0);
+    rank_run(&mis[2]);
+    cr_assert_eq(mis[2].result, PLAIT_ERR_INVALID_USAGE, "%s", mis[2].err);
+    cr_assert(strstr(mis[2].err, "nranks") != NULL, "%s", mis[2].err);
+
+    pthread_t t0, t2;
+    cr_assert_eq(pthread_create(&t0, NULL, rank_thread, &c[0]), 0);
+    cr_assert_eq(pthread_create(&t2, NULL, rank_thread, &c[2]), 0);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    expect_all_ok(c, 3);
+    free(c);
+    free(dup);
+    free(mis);
+    expect_roots_gone(2);
+}
+
+Test(bootstrap, missing_rank_times_out, .timeout = 15)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 2, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 4, 2, 8, 1);
+    run_threads(c, 3); /* rank 3 never comes */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(c[i].result, PLAIT_ERR_TIMEOUT, "rank %d: %s", i, c[i].err);
+        cr_assert(c[i].elapsed > 1.0 && c[i].elapsed < 3.5, "rank %d took %.2f s", i, c[i].elapsed);
+    }
+    free(c);
+    expect_roots_gone(3);
+}
+
+struct abort_run {
+    struct rank_ctx *c;
+    double raised_at;
+};
+
+Test(bootstrap, abort_during_init, .timeout = 15)
+{
+    plait_unique_id_t id;
+    int flag = 0;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 1, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 2, 0, 8, 1); /* no deadline: only the flag ends the wait */
+    c[0].opts.abort_flag = &flag;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, rank_thread, &c[0]), 0);
+    sleep_ms(300);
+    double raised = plait_now();
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    double late = plait_now() - raised;
+    cr_assert_eq(c[0].result, PLAIT_ERR_REMOTE, "%s", c[0].err);
+    cr_assert(strstr(c[0].err, "abort") != NULL, "%s", c[0].err);
+    cr_assert(late < 0.5, "init returned %.3f s after the flag", late);
+    free(c);
+    expect_roots_gone(3);
+}
+
+/* Rank 0 waits in a barrier its peer never enters; the flag frees it. */
+static void *init_then_barrier(void *p)
+{
+    struct rank_ctx *c = p;
+    struct plait_bootstrap *bs = NULL;
+    c->result = plait_bootstrap_init(&c->id, c->rank, c->nranks, &c->opts, &bs);
+    if (c->result == PLAIT_SUCCESS && c->rank == 0)
+        c->result = plait_bootstrap_barrier(bs);
+    else if (c->result == PLAIT_SUCCESS)
+        sleep_ms(1500); /* alive but not in the barrier */
+    snprintf(c->err, sizeof(c->err), "%s", plait_last_error_get());
+    plait_bootstrap_close(bs);
+    return NULL;
+}
+
+Test(bootstrap, abort_during_barrier, .timeout = 15)
+{
+    plait_unique_id_t id;
+    int flag = 0;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 2, 0, 0, 0);
+    c[0].opts.abort_flag = &flag;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, init_then_barrier, &c[i]), 0);
+    sleep_ms(500);
+    double raised = plait_now();
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+    pthread_join(t[0], NULL);
+    double late = plait_now() - raised;
+    pthread_join(t[1], NULL);
+    cr_assert_eq(c[0].result, PLAIT_ERR_REMOTE, "%s", c[0].err);
+    cr_assert(strstr(c[0].err, "abort") != NULL, "%s", c[0].err);
+    cr_assert(late < 0.5, "barrier returned %.3f s after the flag", late);
+    cr_assert_eq(c[1].result, PLAIT_SUCCESS, "%s", c[1].err);
+    free(c);
+    expect_roots_gone(2);
+}
+
+/* Ranks passing different sizes fail with a message, not by misreading bytes;
+ * a dead neighbour is an error, not a hang. */
+static void *init_allgather_size(void *p)
+{
+    struct rank_ctx *c = p;
+    struct plait_bootstrap *bs = NULL;
+    uint8_t buf[64] = {0};
+    c->result = plait_bootstrap_init(&c->id, c->rank, c->nranks, &c->opts, &bs);
+    if (c->result == PLAIT_SUCCESS)
+        c->result = plait_bootstrap_allgather(bs, buf, c->block);
+    snprintf(c->err, sizeof(c->err), "%s", plait_last_error_get());
+    if (c->result != PLAIT_SUCCESS && bs)
+        c->later_result = plait_bootstrap_barrier(bs);
+    plait_bootstrap_close(bs);
+    return NULL;
+}
+
+Test(bootstrap, allgather_size_mismatch, .timeout = 15)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS);
+    struct rank_ctx *c = make_ranks(&id, 2, 5, 8, 1);
+    c[1].block = 16;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, init_allgather_size, &c[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(c[i].result, PLAIT_ERR_INVALID_USAGE, "rank %d: %s", i, c[i].err);
+        cr_assert(strstr(c[i].err, "disagree") != NULL, "%s", c[i].err);
+        cr_assert_eq(c[i].later_result, PLAIT_ERR_INVALID_USAGE, "the ring is marked broken");
+    }
+    free(c);
+    expect_roots_gone(2);
+}

@@ -1,0 +1,243 @@
+/* Every collective x every type x every op x in-place and out-of-place x counts
+ * 0, 1, 7 and 1Mi+3, on 1, 2, 3, 4, 5 and 8 ranks, as threads (init_all), as
+ * processes over shared memory and as processes over TCP. One communicator per
+ * (mode, rank count); the combinations run inside it. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_check.h"
+#include "harness.h"
+
+enum tc { TC_ALLREDUCE, TC_REDUCE, TC_REDUCESCATTER, TC_BROADCAST, TC_ALLGATHER, TC_ALLTOALL, TC_GATHER, TC_SCATTER,
+          TC_SENDRECV, TC_COUNT };
+static const char *const tc_names[TC_COUNT] = {"allreduce", "reduce",  "reducescatter", "broadcast", "allgather",
+                                               "alltoall",  "gather",  "scatter",       "sendrecv"};
+
+struct matrix {
+    const size_t *counts;
+    int ncounts;
+    int all_types; /* 0: a representative subset (sanitizer builds) */
+};
+
+static const size_t full_counts[] = {0, 1, 7, (1u << 20) + 3};
+
+#define CHECK(call)                                                                                        \
+    do {                                                                                                   \
+        plait_result_t r_ = (call);                                                                        \
+        if (r_ != PLAIT_SUCCESS) {                                                                         \
+            snprintf(msg, len, "%s %s count %zu inplace %d: %s failed: %s: %s", tc_names[coll],            \
+                     cc_type_name(dtype), count, inplace, #call, plait_get_error_string(r_),               \
+                     plait_get_last_error(comm));                                                          \
+            return 1;                                                                                      \
+        }                                                                                                  \
+    } while (0)
+
+static int reduction(int coll)
+{
+    return coll == TC_ALLREDUCE || coll == TC_REDUCE || coll == TC_REDUCESCATTER;
+}
+
+static int has_inplace(int coll)
+{
+    return coll <= TC_ALLGATHER;
+}
+
+/* Runs one combination; returns the number of wrong elements (or 1 on error). */
+static size_t run_one(plait_comm_t comm, int rank, int n, int coll, int dtype, int op, int inplace, size_t count,
+                      int root, char *sbuf, char *rbuf, char *msg, size_t len)
+{
+    const size_t es = cc_size(dtype);
+    const size_t bytes = count * es;
+    size_t bad = 0;
+    struct cc_expect e;
+    plait_redop_t pop = (plait_redop_t)op;
+    if (reduction(coll)) {
+        cc_expect_init(&e, dtype, op, n);
+        if (op == CC_PREMUL) {
+            uint64_t scalar = 0;
+            cc_premul_scalar(dtype, &scalar);
+            CHECK(plait_redop_create_premulsum(&pop, &scalar, dtype, PLAIT_SCALAR_HOST_IMMEDIATE, comm));
+        }
+    }
+    memset(rbuf, 0xcd, bytes * (size_t)n);
+    switch (coll) {
+    case TC_ALLREDUCE:
+    case TC_REDUCE: {
+        cc_fill(sbuf, count, dtype, op, rank, 0);
+        char *out = inplace ? sbuf : rbuf;
+        if (coll == TC_ALLREDUCE)
+            CHECK(plait_allreduce(sbuf, out, count, dtype, pop, comm, NULL));
+        else
+            CHECK(plait_reduce(sbuf, out, count, dtype, pop, root, comm, NULL));
+        if (coll == TC_ALLREDUCE || rank == root)
+            bad = cc_check(&e, out, count, 0, msg, len);
+        break;
+    }
+    case TC_REDUCESCATTER: {
+        cc_fill(sbuf, count * (size_t)n, dtype, op, rank, 0);
+        char *out = inplace ? sbuf + (size_t)rank * bytes : rbuf;
+        CHECK(plait_reducescatter(sbuf, out, count, dtype, pop, comm, NULL));
+        bad = cc_check(&e, out, count, (size_t)rank * count, msg, len);
+        break;
+    }
+    case TC_BROADCAST: {
+        char *out = rbuf;
+        char *in = inplace ? rbuf : sbuf;
+        if (rank == root)
+            cc_fill_bytes(in, bytes, root, 0);
+        CHECK(plait_broadcast(in, out, count, dtype, root, comm, NULL));
+        bad = cc_check_bytes(out, bytes, root, 0, msg, len);
+        break;
+    }
+    case TC_ALLGATHER: {
+        char *in = inplace ? rbuf + (size_t)rank * bytes : sbuf;
+        cc_fill_bytes(in, bytes, rank, 0);
+        CHECK(plait_allgather(in, rbuf, count, dtype, comm, NULL));
+        for (int q = 0; q < n; q++)
+            bad += cc_check_bytes(rbuf + (size_t)q * bytes, bytes, q, 0, msg, len);
+        break;
+    }
+    case TC_ALLTOALL:
+        cc_fill_bytes(sbuf, bytes * (size_t)n, rank, 0);
+        CHECK(plait_alltoall(sbuf, rbuf, count, dtype, comm, NULL));
+        for (int q = 0; q < n; q++)
+            bad += cc_check_bytes(rbuf + (size_t)q * bytes, bytes, q, (size_t)rank * bytes, msg, len);
+        break;
+    case TC_GATHER:
+        cc_fill_bytes(sbuf, bytes, rank, 0);
+        CHECK(plait_gather(sbuf, rbuf, count, dtype, root, comm, NULL));
+        if (rank == root)
+            for (int q = 0; q < n; q++)
+                bad += cc_check_bytes(rbuf + (size_t)q * bytes, bytes, q, 0, msg, len);
+        break;
+    case TC_SCATTER:
+        if (rank == root)
+            cc_fill_bytes(sbuf, bytes * (size_t)n, root, 0);
+        CHECK(plait_scatter(sbuf, rbuf, count, dtype, root, comm, NULL));
+        bad = cc_check_bytes(rbuf, bytes, root, (size_t)rank * bytes, msg, len);
+        break;
+    case TC_SENDRECV: {
+        /* a ring exchange and a message to self, in one group */
+        const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        cc_fill_bytes(sbuf, bytes, rank, 0);
+        CHECK(plait_group_start());
+        CHECK(plait_send(sbuf, count, dtype, next, comm, NULL));
+        CHECK(plait_recv(rbuf, count, dtype, prev, comm, NULL));
+        CHECK(plait_send(sbuf, count, dtype, rank, comm, NULL));
+        CHECK(plait_recv(rbuf + bytes, count, dtype, rank, comm, NULL));
+        CHECK(plait_group_end());
+        bad = cc_check_bytes(rbuf, bytes, prev, 0, msg, len) + cc_check_bytes(rbuf + bytes, bytes, rank, 0, msg, len);
+        break;
+    }
+    }
+    if (reduction(coll) && op == CC_PREMUL)
+        CHECK(plait_redop_destroy(pop, comm));
+    if (bad && msg[0] && !strstr(msg, "count"))
+        snprintf(msg + strlen(msg), len - strlen(msg), " [%s count %zu inplace %d root %d]", tc_names[coll], count,
+                 inplace, root);
+    return bad;
+}
+
+static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    const struct matrix *m = arg;
+    size_t maxcount = 0;
+    for (int c = 0; c < m->ncounts; c++)
+        if (m->counts[c] > maxcount)
+            maxcount = m->counts[c];
+    const size_t cap = (maxcount * 8 + 64) * (size_t)(n + 1);
+    char *sbuf = malloc(cap), *rbuf = malloc(cap);
+    if (!sbuf || !rbuf) {
+        snprintf(msg, len, "out of memory");
+        return 1;
+    }
+    static const int subset[] = {PLAIT_INT8, PLAIT_UINT64, PLAIT_FLOAT16, PLAIT_FLOAT32, PLAIT_BFLOAT16,
+                                 PLAIT_FLOAT8_E5M2};
+    size_t total_bad = 0;
+    int iter = 0;
+    for (int ci = 0; ci < m->ncounts; ci++) {
+        const size_t count = m->counts[ci];
+        for (int coll = 0; coll < TC_COUNT; coll++) {
+            int ntypes = m->all_types ? PLAIT_NUM_TYPES : (int)(sizeof(subset) / sizeof(subset[0]));
+            for (int ti = 0; ti < ntypes; ti++) {
+                int dtype = m->all_types ? ti : subset[ti];
+                int nops = reduction(coll) ? CC_NUM_OPS : 1;
+                for (int op = 0; op < nops; op++) {
+                    for (int inplace = 0; inplace <= has_inplace(coll); inplace++) {
+                        int root = iter++ % n;
+                        char one[512] = "";
+                        size_t bad = run_one(comm, rank, n, coll, dtype, op, inplace, count, root, sbuf, rbuf, one,
+                                             sizeof(one));
+                        if (bad && !total_bad)
+                            snprintf(msg, len, "%s (%zu wrong)", one, bad);
+                        total_bad += bad;
+                        if (bad && strstr(one, "failed:")) { /* an error: the communicator is unusable */
+                            free(sbuf);
+                            free(rbuf);
+                            return 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    return total_bad != 0;
+}
+
+static void run_matrix(enum mr_mode mode, int nranks, const struct matrix *m)
+{
+    char msg[1024];
+    setenv("PLAIT_COLL_TIMEOUT", "120", 1);
+    int failed = mr_run(mode, nranks, matrix_rank, (void *)m, 900, msg, sizeof(msg));
+    cr_assert_eq(failed, 0, "%s, %d ranks: %d rank(s) failed: %s", mr_mode_name(mode), nranks, failed, msg);
+}
+
+static const struct matrix full = {full_counts, 4, 1};
+
+#define MATRIX_TEST(mode, n)                                                                                      \
+    Test(collectives, mode##_##n, .timeout = 900)                                                                  \
+    {                                                                                                             \
+        run_matrix(MR_##mode, n, &full);                                                                          \
+    }
+
+MATRIX_TEST(THREADS, 1)
+MATRIX_TEST(THREADS, 2)
+MATRIX_TEST(THREADS, 3)
+MATRIX_TEST(THREADS, 4)
+MATRIX_TEST(THREADS, 5)
+MATRIX_TEST(THREADS, 8)
+MATRIX_TEST(SHM, 1)
+MATRIX_TEST(SHM, 2)
+MATRIX_TEST(SHM, 3)
+MATRIX_TEST(SHM, 4)
+MATRIX_TEST(SHM, 5)
+MATRIX_TEST(SHM, 8)
+MATRIX_TEST(SOCKET, 1)
+MATRIX_TEST(SOCKET, 2)
+MATRIX_TEST(SOCKET, 3)
+MATRIX_TEST(SOCKET, 4)
+MATRIX_TEST(SOCKET, 5)
+MATRIX_TEST(SOCKET, 8)
+
+/* The sanitizer builds run a smaller matrix: small counts, a subset of types. */
+static const size_t small_counts[] = {0, 1, 7, 4099};
+static const struct matrix small = {small_counts, 4, 0};
+
+Test(collectives_small, threads_3, .timeout = 600)
+{
+    run_matrix(MR_THREADS, 3, &small);
+}
+
+Test(collectives_small, shm_4, .timeout = 600)
+{
+    run_matrix(MR_SHM, 4, &small);
+}
+
+Test(collectives_small, socket_2, .timeout = 600)
+{
+    run_matrix(MR_SOCKET, 2, &small);
+}

@@ -1,0 +1,129 @@
+/* Transports: how bytes reach a peer (DESIGN.md, "Data path").
+ *
+ * A connection joins this rank and one peer for one connection class (a ring
+ * channel, or the point-to-point class). Each direction is a FIFO of `nslots`
+ * slots of `slot_bytes`:
+ *   - the slots, the per-slot byte counts and the `tail` counter live with the
+ *     receiver; the sender fills a slot and its size, then publishes them with a
+ *     release store of tail; the receiver acquires tail before reading them;
+ *   - the `head` counter (credit) lives with the sender; the receiver
+ *     release-stores it after draining a slot, and the sender acquires it before
+ *     overwriting one.
+ * Counters are 64-bit and monotonic, each on its own 64-byte line.
+ *
+ * For shm (other processes) and inproc (threads of one process) the FIFO memory
+ * is shared and the executor works on the peer's memory directly. For socket the
+ * same FIFO logic runs on local staging memory, and the transport's progress()
+ * moves slots over TCP and bumps the counters as if the peer had.
+ *
+ * This header knows nothing of algorithms. */
+#ifndef PLAIT_TRANSPORT_H
+#define PLAIT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "plait.h"
+
+struct plait_comm;
+struct plait_conn;
+
+struct plait_transport {
+    const char *name;
+    /* Builds the connections of this transport for every peer pair that
+     * comm->tp_of[] assigns to it. Collective over the communicator (uses the
+     * bootstrap); called once at init by every rank, in transport table order. */
+    plait_result_t (*setup)(struct plait_comm *comm);
+    /* Moves data for one connection without blocking. */
+    plait_result_t (*progress)(struct plait_conn *conn);
+    /* 1 when every committed send has left this process's staging memory. */
+    int (*is_flushed)(const struct plait_conn *conn);
+    /* Frees the transport's per-communicator state (connections are freed with it). */
+    void (*teardown)(struct plait_comm *comm);
+};
+
+extern const struct plait_transport plait_transport_shm;    /* processes on one host */
+extern const struct plait_transport plait_transport_inproc; /* threads of one process */
+extern const struct plait_transport plait_transport_socket; /* TCP, any two hosts */
+
+enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_SOCKET = 2, PLAIT_TP_COUNT };
+
+struct plait_conn {
+    const struct plait_transport *tp;
+    int peer;
+    int cls;
+    int needs_progress;     /* the executor must call tp->progress */
+    uint32_t nslots;
+    size_t slot_bytes;
+    /* send direction */
+    char *tx_slots;
+    uint32_t *tx_sizes;
+    uint64_t *tx_tail;       /* written by us (release) */
+    const uint64_t *tx_head; /* written by the receiver (acquire) */
+    uint64_t tx_posted;
+    /* receive direction */
+    const char *rx_slots;
+    const uint32_t *rx_sizes;
+    const uint64_t *rx_tail; /* written by the sender (acquire) */
+    uint64_t *rx_head;       /* written by us (release) */
+    uint64_t rx_consumed;
+    /* set when the peer is known gone (process exit, EOF); data already in the
+     * FIFO is still consumed, only a wait for more becomes an error */
+    int peer_gone;
+    void *priv;              /* transport's own state */
+};
+
+static inline uint64_t plait_ld_acquire_u64(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline void plait_st_release_u64(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+/* The next free send slot, or NULL when the receiver holds every slot. */
+static inline void *plait_conn_send_slot(struct plait_conn *c)
+{
+    if (c->tx_posted - plait_ld_acquire_u64(c->tx_head) >= c->nslots)
+        return NULL;
+    return c->tx_slots + (size_t)(c->tx_posted % c->nslots) * c->slot_bytes;
+}
+
+/* Publishes the slot returned by plait_conn_send_slot holding `bytes`. */
+static inline void plait_conn_send_commit(struct plait_conn *c, uint32_t bytes)
+{
+    c->tx_sizes[c->tx_posted % c->nslots] = bytes;
+    c->tx_posted++;
+    plait_st_release_u64(c->tx_tail, c->tx_posted);
+}
+
+/* The next filled receive slot (and its size), or NULL when none has arrived. */
+static inline const void *plait_conn_recv_slot(struct plait_conn *c, uint32_t *bytes_out)
+{
+    if (plait_ld_acquire_u64(c->rx_tail) <= c->rx_consumed)
+        return NULL;
+    size_t i = (size_t)(c->rx_consumed % c->nslots);
+    *bytes_out = c->rx_sizes[i];
+    return c->rx_slots + i * c->slot_bytes;
+}
+
+/* Gives the slot returned by plait_conn_recv_slot back to the sender. */
+static inline void plait_conn_recv_release(struct plait_conn *c)
+{
+    c->rx_consumed++;
+    plait_st_release_u64(c->rx_head, c->rx_consumed);
+}
+
+/* Whether `cls` of the pair (rank, peer) gets a connection: ring channels join
+ * ring neighbours, the point-to-point class joins every pair (self included). */
+int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls);
+
+/* The transport (enum plait_tp_id) that joins ranks a and b: a pure, symmetric
+ * function of what every rank knows, so both ends and third parties agree. */
+int plait_pair_transport(const struct plait_comm *comm, int a, int b);
+
+/* "rank R (host H)" for messages. */
+const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len);
+
+#endif
