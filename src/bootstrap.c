@@ -28,6 +28,7 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -73,6 +74,7 @@ enum bs_status {
     BS_STATUS_BAD_RANK = 5,        /* rank or nranks out of range */
     BS_STATUS_DUPLICATE_RANK = 6,  /* another connection already registered this rank */
     BS_STATUS_BAD_ADDRESS = 7,     /* the listening address cannot be used */
+    BS_STATUS_STOPPED = 8,         /* the rank that started the root failed and stopped it */
 };
 
 enum bs_op { BS_OP_ALLGATHER = 1, BS_OP_BARRIER = 2 };
@@ -238,6 +240,8 @@ static const char *bs_status_str(uint32_t status)
         return "rank already registered by another connection";
     case BS_STATUS_BAD_ADDRESS:
         return "unusable listening address";
+    case BS_STATUS_STOPPED:
+        return "the root was stopped because rank 0, which started it, failed";
     default:
         return "unknown status";
     }
@@ -528,6 +532,10 @@ static void acceptor_accept(struct bs_acceptor *a)
                 return;
             }
         }
+        /* Ring neighbours exchange small headers then blocks; without this, Nagle
+         * and delayed ACKs would add tens of milliseconds per step. */
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         plait_sockaddr_str(&peer, peer_str, sizeof(peer_str));
         struct bs_conn *c = &a->conns[a->count];
         if (conn_start_server(c, fd, peer_str) != PLAIT_SUCCESS) {
@@ -564,7 +572,22 @@ static void acceptor_service(struct bs_acceptor *a, const struct pollfd *pfds, n
 
 /* ---------------------------------------------------------------- root */
 
+/* Shared by a root thread and the init that started it (start_root), so that a
+ * failed or aborted init can stop its root instead of leaving it listening until
+ * its timeout (or for ever, without one). Freed by whoever drops the last ref. */
+struct bs_root_ctl {
+    int stop; /* set (release) by the init; read (acquire) by the root each slice */
+    int refs;
+};
+
+static void root_ctl_put(struct bs_root_ctl *ctl)
+{
+    if (ctl && __atomic_sub_fetch(&ctl->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(ctl);
+}
+
 struct bs_root {
+    struct bs_root_ctl *ctl;
     int listen_fd;
     uint8_t secret[PLAIT_SECRET_BYTES];
     uint64_t nonce;
@@ -622,8 +645,12 @@ static void root_unregister(struct bs_root *r, int rank, const char *why)
 
 static int root_reject(struct bs_root *r, struct bs_conn *c, enum bs_status status, const struct bs_hello *h)
 {
-    PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: rejected registration from %s (rank %u of %u): %s", r->name, c->peer,
-               h->rank, h->nranks, bs_status_str(status));
+    if (status == BS_STATUS_BAD_HELLO)
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: rejected registration from %s: %s", r->name, c->peer,
+                   bs_status_str(status));
+    else
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: rejected registration from %s (rank %u of %u): %s", r->name,
+                   c->peer, h->rank, h->nranks, bs_status_str(status));
     root_send_reply(c->fd, status, r->nranks, (uint32_t)r->registered, NULL);
     return 0;
 }
@@ -691,10 +718,14 @@ static void root_check_registered(struct bs_root *r, int rank)
         root_unregister(r, rank, "lost its connection");
 }
 
-static void root_give_up(struct bs_root *r)
+static void root_give_up(struct bs_root *r, enum bs_status why)
 {
     if (!r->nranks) {
-        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: no rank registered within %.1f s; exiting", r->name, r->timeout_s);
+        if (why == BS_STATUS_TIMEOUT)
+            PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: no rank registered within %.1f s; exiting", r->name,
+                       r->timeout_s);
+        else
+            PLAIT_INFO(PLAIT_SUBSYS_BOOTSTRAP, "%s: stopped before any rank registered", r->name);
         return;
     }
     char missing[256];
@@ -710,12 +741,17 @@ static void root_give_up(struct bs_root *r)
                 used += (size_t)k;
         }
     }
-    PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
-               "%s: gave up after %.1f s without a new rank: %d of %d ranks registered; missing ranks:%s%s", r->name,
-               r->timeout_s, r->registered, r->nranks, missing, nmissing > 16 ? " ..." : "");
+    if (why == BS_STATUS_TIMEOUT)
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+                   "%s: gave up after %.1f s without a new rank: %d of %d ranks registered; missing ranks:%s%s",
+                   r->name, r->timeout_s, r->registered, r->nranks, missing, nmissing > 16 ? " ..." : "");
+    else
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+                   "%s: stopped by the failure of rank 0: %d of %d ranks registered; missing ranks:%s%s", r->name,
+                   r->registered, r->nranks, missing, nmissing > 16 ? " ..." : "");
     for (int i = 0; i < r->nranks; i++)
         if (r->fds[i] >= 0)
-            root_send_reply(r->fds[i], BS_STATUS_TIMEOUT, r->nranks, (uint32_t)r->registered, NULL);
+            root_send_reply(r->fds[i], why, r->nranks, (uint32_t)r->registered, NULL);
 }
 
 static void root_finish(struct bs_root *r)
@@ -749,7 +785,11 @@ static void *root_main(void *arg)
     r->deadline = plait_deadline(r->timeout_s);
     while (!(r->nranks > 0 && r->registered == r->nranks)) {
         if (plait_deadline_passed(r->deadline)) {
-            root_give_up(r);
+            root_give_up(r, BS_STATUS_TIMEOUT);
+            goto out;
+        }
+        if (__atomic_load_n(&r->ctl->stop, __ATOMIC_ACQUIRE)) {
+            root_give_up(r, BS_STATUS_STOPPED);
             goto out;
         }
         size_t need = 1 + (size_t)a.max + (size_t)r->nranks;
@@ -794,6 +834,7 @@ out:
     close(r->listen_fd);
     free(pfds);
     free(pfd_rank);
+    root_ctl_put(r->ctl);
     explicit_bzero(r, sizeof(*r));
     free(r);
     __atomic_sub_fetch(&roots_running, 1, __ATOMIC_RELEASE);
@@ -801,9 +842,10 @@ out:
 }
 
 /* Starts the root thread, which owns listen_fd from then on (also on failure
- * here, where it is closed). */
+ * here, where it is closed). With ctl_out, the caller gets a reference to the
+ * root's control block (to stop it; drop it with root_ctl_put). */
 static plait_result_t root_spawn(int listen_fd, const union plait_sockaddr *addr, const uint8_t *secret,
-                                 uint64_t nonce, double timeout_s)
+                                 uint64_t nonce, double timeout_s, struct bs_root_ctl **ctl_out)
 {
     char addr_str[PLAIT_SOCKADDR_STRLEN];
     pthread_attr_t attr;
@@ -811,10 +853,15 @@ static plait_result_t root_spawn(int listen_fd, const union plait_sockaddr *addr
     plait_result_t status = PLAIT_SUCCESS;
 
     struct bs_root *r = calloc(1, sizeof(*r));
-    if (!r) {
+    struct bs_root_ctl *ctl = calloc(1, sizeof(*ctl));
+    if (!r || !ctl) {
+        free(r);
+        free(ctl);
         close(listen_fd);
         return plait_error(PLAIT_ERR_SYSTEM, "bootstrap root: out of memory");
     }
+    ctl->refs = ctl_out ? 2 : 1;
+    r->ctl = ctl;
     r->listen_fd = listen_fd;
     memcpy(r->secret, secret, PLAIT_SECRET_BYTES);
     r->nonce = nonce;
@@ -838,9 +885,12 @@ static plait_result_t root_spawn(int listen_fd, const union plait_sockaddr *addr
         close(listen_fd);
         explicit_bzero(r, sizeof(*r));
         free(r);
+        free(ctl);
         return status;
     }
     PLAIT_INFO(PLAIT_SUBSYS_BOOTSTRAP, "bootstrap root listening on %s", addr_str);
+    if (ctl_out)
+        *ctl_out = ctl;
     return PLAIT_SUCCESS;
 }
 
@@ -924,7 +974,7 @@ plait_result_t plait_bootstrap_create_root(const char *ifname_spec, const union 
         close(listen_fd);
         return plait_error_context(status, "bootstrap root");
     }
-    status = root_spawn(listen_fd, &uid.root, uid.secret, uid.nonce, timeout_s);
+    status = root_spawn(listen_fd, &uid.root, uid.secret, uid.nonce, timeout_s, NULL);
     if (status == PLAIT_SUCCESS)
         uid_store(&uid, id_out);
     explicit_bzero(&uid, sizeof(uid));
@@ -1013,6 +1063,11 @@ static plait_result_t bs_register(struct plait_bootstrap *bs, const struct plait
                              root_str, bs->rank, root_nranks, bs->nranks);
         goto err_close_listen;
     }
+    if (reply_status == BS_STATUS_STOPPED) {
+        status = plait_error(PLAIT_ERR_REMOTE, "bootstrap root %s: %s (%u of %u ranks had registered)", root_str,
+                             bs_status_str(reply_status), detail, root_nranks);
+        goto err_close_listen;
+    }
     if (reply_status != BS_STATUS_OK) {
         status = plait_error(reply_status == BS_STATUS_DUPLICATE_RANK ? PLAIT_ERR_INVALID_USAGE : PLAIT_ERR_INTERNAL,
                              "bootstrap root %s rejected rank %d of %d: %s", root_str, bs->rank, bs->nranks,
@@ -1086,7 +1141,14 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
     status = acceptor_init(&a, listen_fd, bs->secret, who, BS_RANK_MAX_PENDING, ring_on_hello, bs);
     if (status != PLAIT_SUCCESS)
         return status;
-    status = plait_sock_connect(succ, deadline, bs->abort_flag, &next_fd);
+    /* The successor's listener has been up since before it registered, so the
+     * kernel completes this connection at once; a refusal that lasts means the
+     * successor is gone, and waiting out a long init deadline would only delay
+     * the error. */
+    double connect_deadline = plait_deadline(BS_HANDSHAKE_S);
+    if (deadline > 0 && deadline < connect_deadline)
+        connect_deadline = deadline;
+    status = plait_sock_connect(succ, connect_deadline, bs->abort_flag, &next_fd);
     if (status != PLAIT_SUCCESS) {
         plait_error_context(status, "bootstrap rank %d: connecting to successor rank %d", bs->rank, next);
         goto err_fini;
@@ -1149,6 +1211,7 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
                                     const struct plait_bootstrap_opts *opts, struct plait_bootstrap **bs_out)
 {
     static const struct plait_bootstrap_opts default_opts = {0};
+    struct bs_root_ctl *root_ctl = NULL;
     union plait_sockaddr succ;
     struct plait_uid uid;
     plait_result_t status;
@@ -1194,7 +1257,7 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
         int root_fd;
         status = plait_sock_listen(&root_addr, &root_fd);
         if (status == PLAIT_SUCCESS)
-            status = root_spawn(root_fd, &root_addr, uid.secret, uid.nonce, opts->timeout_s);
+            status = root_spawn(root_fd, &root_addr, uid.secret, uid.nonce, opts->timeout_s, &root_ctl);
         if (status != PLAIT_SUCCESS) {
             plait_error_context(status, "bootstrap rank 0: starting the root");
             goto err_free;
@@ -1215,11 +1278,17 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
                bs->next_str, bs->prev_str);
 
 done:
+    /* By now the root has answered everyone and is exiting on its own. */
+    root_ctl_put(root_ctl);
     explicit_bzero(&uid, sizeof(uid));
     *bs_out = bs;
     return PLAIT_SUCCESS;
 
 err_free:
+    if (root_ctl) {
+        __atomic_store_n(&root_ctl->stop, 1, __ATOMIC_RELEASE);
+        root_ctl_put(root_ctl);
+    }
     explicit_bzero(&uid, sizeof(uid));
     explicit_bzero(bs, sizeof(*bs));
     free(bs);

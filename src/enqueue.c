@@ -93,7 +93,15 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->count = count;
     a->nchannels = comm->nchannels;
     a->align_elems = 16 / op->esize;
-    uint64_t chunk = comm->set.chunk_bytes / op->esize;
+    /* A ring step both receives and sends, one slot each per piece: if a step's
+     * chunk could fill the whole FIFO, two neighbours could each hold every slot
+     * of the other and wait forever. A chunk of at most half the FIFO leaves
+     * credit for the next step to start (NCCL keeps the same margin). */
+    uint64_t chunk_bytes = comm->set.chunk_bytes;
+    const uint64_t half_fifo = (uint64_t)(comm->set.nslots / 2) * comm->set.slot_bytes;
+    if (chunk_bytes > half_fifo)
+        chunk_bytes = half_fifo;
+    uint64_t chunk = chunk_bytes / op->esize;
     chunk = chunk / a->align_elems * a->align_elems;
     a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
 }

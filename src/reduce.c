@@ -44,8 +44,12 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PLAIT_HAVE_X86 1
+#if !defined(PLAIT_NO_F16C)
+#define PLAIT_HAVE_F16C 1 /* compiled in, used when the CPU has it; -DPLAIT_NO_F16C leaves it out */
+#endif
 #endif
 
 #include "log.h"
@@ -65,12 +69,12 @@
  * best one is picked once, at load time (an ifunc). Building with
  * -DPLAIT_NO_CLONES keeps only the baseline, e.g. for a static link. */
 #if defined(PLAIT_HAVE_X86) && defined(__GNUC__) && !defined(PLAIT_NO_CLONES)
-#define PLAIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define PLAIT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PLAIT_CLONES
 #endif
 
-#define PLAIT_INLINE inline __attribute__((always_inline))
+#define PLAIT_INLINE __attribute__((always_inline))
 
 /* Element types for loads and stores at any address. The buffers come from the
  * user (any alignment, any declared type: __half, _Float16, int32_t, ...), so the
@@ -106,13 +110,6 @@ static inline float f32_from_bits(uint32_t u)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-static inline uint64_t f64_bits(double f)
-{
-    uint64_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
 }
 
 /* ---------------------------------------------------------------- conversions
@@ -889,40 +886,105 @@ const char *plait_op_name(int op)
     return op >= 0 && op < PLAIT_RED_NUM_OPS ? op_names[op] : "invalid";
 }
 
-#ifdef PLAIT_HAVE_X86
-/* fp16 through F16C, 8 elements at a time; the tail (and machines without F16C)
- * take the generic loop, which gives the same bits. vcvtps2ph keeps a NaN's
- * payload, so NaNs are first replaced by the fp32 NaN 0x7fffe000, whose top
- * mantissa bits narrow to the canonical 0x7fff that the scalar path produces. */
-__attribute__((target("avx,f16c"))) static size_t red_half_f16c(enum red_kernel k, void *dst, const void *a,
-                                                                const void *b, size_t n, float s)
+#ifdef PLAIT_HAVE_F16C
+/* fp16 through F16C (every AVX2 CPU has it). A block of each input is widened
+ * into fp32 arrays on the stack, combined there by the same f32_combine() as the
+ * generic loop (vectorised for AVX2 here), and narrowed back into dst; the block
+ * stays in L1. vcvtph2ps is exact and vcvtps2ph with _MM_FROUND_TO_NEAREST_INT
+ * rounds to nearest-even with correct subnormals and overflow to inf, like
+ * f32_to_half(). vcvtps2ph keeps a NaN's payload, so NaNs are first replaced by
+ * the fp32 NaN 0x7fffe000, whose top mantissa bits narrow to the canonical
+ * 0x7fff. Tails shorter than 8 use the scalar conversions. */
+#define F16C_BLOCK 512
+
+__attribute__((target("avx2,f16c"))) static inline void f16c_widen(float *out, const unsigned char *in, size_t m)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i))));
+    for (; i < m; i++)
+        out[i] = half_to_f32(((const unaligned_u16 *)(const void *)in)[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static inline __m128i f16c_narrow8(__m256 v)
 {
     const __m256 canonical_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffe000));
-    const __m256 scale = _mm256_set1_ps(s);
-    const int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    unsigned char *d = dst;
-    const unsigned char *x = a;
-    const unsigned char *y = b;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x + 2 * i)));
-        if (k == KERN_SCALE || k == KERN_SCALE_SUM) {
-            v = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(v, scale), rne));
-        }
-        if (k == KERN_SUM || k == KERN_SCALE_SUM || k == KERN_PROD) {
-            __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(y + 2 * i)));
-            v = k == KERN_PROD ? _mm256_mul_ps(v, w) : _mm256_add_ps(v, w);
-        }
-        v = _mm256_blendv_ps(v, canonical_nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i), _mm256_cvtps_ph(v, rne));
-    }
-    return i;
+    v = _mm256_blendv_ps(v, canonical_nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+
+__attribute__((target("avx2,f16c"))) static inline void f16c_narrow(unsigned char *out, const float *in, size_t m)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), f16c_narrow8(_mm256_loadu_ps(in + i)));
+    for (; i < m; i++)
+        ((unaligned_u16 *)(void *)out)[i] = (uint16_t)f32_to_half(in[i]);
+}
+
+/* x[i] = x[i] * s rounded to fp16 (and widened again). */
+__attribute__((target("avx2,f16c"))) static inline void f16c_scale(float *x, size_t m, float s)
+{
+    const __m256 scale = _mm256_set1_ps(s);
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(f16c_narrow8(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale))));
+    for (; i < m; i++)
+        x[i] = half_to_f32(f32_to_half(x[i] * s));
+}
+
+__attribute__((target("avx2,f16c"))) static void red_half_f16c(enum red_kernel k, void *dst, const void *a,
+                                                              const void *b, size_t n, float s)
+{
+    float x[F16C_BLOCK];
+    float y[F16C_BLOCK];
+    for (size_t off = 0; off < n; off += F16C_BLOCK) {
+        size_t m = n - off < F16C_BLOCK ? n - off : F16C_BLOCK;
+        f16c_widen(x, (const unsigned char *)a + 2 * off, m);
+        if (k == KERN_SCALE || k == KERN_SCALE_SUM)
+            f16c_scale(x, m, s);
+        if (k != KERN_SCALE) {
+            f16c_widen(y, (const unsigned char *)b + 2 * off, m);
+            switch (k) {
+            case KERN_PROD:
+                for (size_t i = 0; i < m; i++)
+                    x[i] = f32_combine(KERN_PROD, x[i], y[i]);
+                break;
+            case KERN_MAX:
+                for (size_t i = 0; i < m; i++)
+                    x[i] = f32_combine(KERN_MAX, x[i], y[i]);
+                break;
+            case KERN_MIN:
+                for (size_t i = 0; i < m; i++)
+                    x[i] = f32_combine(KERN_MIN, x[i], y[i]);
+                break;
+            default:
+                for (size_t i = 0; i < m; i++)
+                    x[i] = f32_combine(KERN_SUM, x[i], y[i]);
+                break;
+            }
+        }
+        f16c_narrow((unsigned char *)dst + 2 * off, x, m);
+    }
+}
+
+/* Whether red_half_f16c() may run: 0 = not yet known, 1 = no, 2 = yes. Found on
+ * first use; racing first calls store the same answer, so a relaxed atomic is
+ * enough. CPUID is read once because it is slow (and traps under a hypervisor). */
+static int f16c_state;
 
 static bool has_f16c(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    int state = __atomic_load_n(&f16c_state, __ATOMIC_RELAXED);
+    if (state == 0) {
+        unsigned eax, ebx, ecx, edx;
+        __builtin_cpu_init();
+        /* __builtin_cpu_supports() also checks that the OS saves the YMM state. */
+        bool is_usable = __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+        state = is_usable ? 2 : 1;
+        __atomic_store_n(&f16c_state, state, __ATOMIC_RELAXED);
+    }
+    return state == 2;
 }
 #endif
 
@@ -954,17 +1016,15 @@ static void red_run(const struct plait_red *r, enum red_kernel k, void *dst, con
     case PLAIT_FLOAT64:
         red_f64(k, dst, a, b, n, r->scalar_f);
         break;
-    case PLAIT_FLOAT16: {
-        size_t done = 0;
-#ifdef PLAIT_HAVE_X86
-        if (k != KERN_MAX && k != KERN_MIN && has_f16c())
-            done = red_half_f16c(k, dst, a, b, n, (float)r->scalar_f);
+    case PLAIT_FLOAT16:
+#ifdef PLAIT_HAVE_F16C
+        if (has_f16c()) {
+            red_half_f16c(k, dst, a, b, n, (float)r->scalar_f);
+            break;
+        }
 #endif
-        if (done < n)
-            red_narrow(dtype, k, (char *)dst + 2 * done, (const char *)a + 2 * done,
-                       b ? (const char *)b + 2 * done : NULL, n - done, (float)r->scalar_f);
+        red_narrow(dtype, k, dst, a, b, n, (float)r->scalar_f);
         break;
-    }
     case PLAIT_BFLOAT16:
     case PLAIT_FLOAT8_E4M3:
     case PLAIT_FLOAT8_E5M2:

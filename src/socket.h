@@ -49,7 +49,9 @@ void plait_sockaddr_str(const union plait_sockaddr *addr, char *buf, size_t len)
 plait_result_t plait_sock_listen(union plait_sockaddr *addr, int *fd_out);
 
 /* Connects to addr, retrying refused/unreachable attempts until the deadline
- * (the peer may not be listening yet). The returned fd is blocking, TCP_NODELAY. */
+ * (the peer may not be listening yet; deadline 0: until aborted), backing off
+ * from 10 to 100 ms. A TCP self-connection (possible when addr is a free local
+ * port) counts as refused. The returned fd is blocking, TCP_NODELAY. */
 plait_result_t plait_sock_connect(const union plait_sockaddr *addr, double deadline, const int *abort_flag,
                                   int *fd_out);
 

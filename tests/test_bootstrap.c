@@ -878,9 +878,9 @@ Test(bootstrap, garbage_and_silent_peers, .timeout = 15)
     expect_roots_gone(2);
 
     const char *log = read_file(logpath);
+    unlink(logpath);
     cr_assert(strstr(log, "dropped connection from 127.0.0.1:") != NULL, "log: %s", log);
     cr_assert(strstr(log, "rejected registration from 127.0.0.1:") != NULL, "log: %s", log);
-    unlink(logpath);
 }
 
 Test(bootstrap, duplicate_and_mismatched_ranks, .timeout = 15)
@@ -1028,6 +1028,56 @@ Test(bootstrap, allgather_size_mismatch, .timeout = 15)
         cr_assert(strstr(c[i].err, "disagree") != NULL, "%s", c[i].err);
         cr_assert_eq(c[i].later_result, PLAIT_ERR_INVALID_USAGE, "the ring is marked broken");
     }
+    free(c);
+    expect_roots_gone(2);
+}
+
+/* Rank 0 started the root itself and is aborted: the root stops with it (not at
+ * some timeout, and without one: never), and tells the ranks already there. */
+Test(bootstrap, aborted_start_root_stops_root, .timeout = 15)
+{
+    plait_unique_id_t id;
+    int flag = 0;
+    union plait_sockaddr root = free_loopback_port();
+    plait_bootstrap_uid_from_addr(&root, test_secret, &id);
+    struct rank_ctx *c = make_ranks(&id, 3, 0, 8, 1); /* no deadlines at all */
+    for (int i = 0; i < 3; i++)
+        c[i].opts.start_root = 1;
+    c[0].opts.abort_flag = &flag;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, rank_thread, &c[i]), 0);
+    sleep_ms(300);
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+    double raised = plait_now();
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    cr_assert(plait_now() - raised < 1.0, "ranks returned %.2f s after the flag", plait_now() - raised);
+    cr_assert_eq(c[0].result, PLAIT_ERR_REMOTE, "%s", c[0].err);
+    cr_assert(strstr(c[0].err, "abort") != NULL, "%s", c[0].err);
+    cr_assert_eq(c[1].result, PLAIT_ERR_REMOTE, "%s", c[1].err);
+    cr_assert(strstr(c[1].err, "stopped") != NULL, "%s", c[1].err);
+    free(c);
+    expect_roots_gone(0.5);
+}
+
+/* The same over IPv6 loopback, with ranks listening where their root connection goes. */
+Test(bootstrap, threads_ipv6, .timeout = 10)
+{
+    plait_unique_id_t id;
+    union plait_sockaddr any6 = parse("[::1]:0");
+    int fd = -1;
+    if (plait_sock_listen(&any6, &fd) != PLAIT_SUCCESS)
+        cr_skip_test("no IPv6 loopback here");
+    close(fd);
+    cr_assert_eq(plait_bootstrap_create_root(NULL, &any6, 10, &id), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    union plait_sockaddr r = uid_root(&id);
+    cr_assert_eq(r.sa.sa_family, AF_INET6);
+    struct rank_ctx *c = make_ranks(&id, 3, 10, 777, 2);
+    for (int i = 0; i < 3; i++)
+        c[i].opts.ifname_spec = NULL;
+    run_threads(c, 3);
+    expect_all_ok(c, 3);
     free(c);
     expect_roots_gone(2);
 }
