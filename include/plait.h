@@ -127,7 +127,8 @@ plait_result_t plait_get_version(int *version);
 const char *plait_get_error_string(plait_result_t result);
 
 /* The detailed message of the last failure on the calling thread (which argument,
- * which peer rank and host, the OS error), or "" if none. The string belongs to
+ * which peer rank and host, the OS error), or "" if no call on this thread has
+ * failed yet; a later success does not clear it. The string belongs to
  * the library and stays valid until the thread's next plait call. `comm` may be
  * NULL; when given and an asynchronous error was found on it by a background
  * thread, that error's message is returned instead. */
@@ -149,9 +150,12 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id);
  * returns PLAIT_IN_PROGRESS, then PLAIT_SUCCESS or the failure).
  *
  * Failures: PLAIT_ERR_INVALID_ARGUMENT (NULL comm_out, nranks < 1, rank out of
- * range, a config with a bad size/magic); PLAIT_ERR_TIMEOUT (some rank never came);
- * PLAIT_ERR_REMOTE (a rank failed, or its settings differ: the message names it);
- * PLAIT_ERR_SYSTEM. On failure *comm_out is not written (blocking mode). */
+ * range, a config with a bad size/magic, a malformed id or environment value);
+ * PLAIT_ERR_TIMEOUT (some rank never came); PLAIT_ERR_REMOTE (a rank failed or
+ * refused us); PLAIT_ERR_INVALID_USAGE (a rank's settings that must agree differ:
+ * the message names the rank and the setting); PLAIT_ERR_SYSTEM. On failure
+ * *comm_out is not written (blocking mode). With PLAIT_COMM_ID set, the id names
+ * that address and rank 0 hosts the root. */
 plait_result_t plait_comm_init_rank(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank);
 plait_result_t plait_comm_init_rank_config(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank,
                                            const plait_config_t *config);
@@ -163,12 +167,12 @@ plait_result_t plait_comm_init_rank_config(plait_comm_t *comm_out, int nranks, p
  * failure nothing is created. */
 plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int *devlist);
 
-/* Creates a communicator from the launcher's environment: torchrun (RANK,
- * WORLD_SIZE, MASTER_ADDR, MASTER_PORT: plait listens on MASTER_PORT+PLAIT_PORT_OFFSET,
- * not on the TCPStore's port), Slurm (SLURM_PROCID, SLURM_NTASKS, and PLAIT_COMM_ID
- * or MASTER_ADDR/MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK/SIZE + PLAIT_COMM_ID
- * or MASTER_ADDR/MASTER_PORT), or plait's own PLAIT_RANK, PLAIT_NRANKS and
- * PLAIT_COMM_ID. The secret comes from PLAIT_SECRET or the file PLAIT_SECRET_FILE;
+/* Creates a communicator from the launcher's environment, looked for in this
+ * order: plait's own PLAIT_RANK/PLAIT_NRANKS; torchrun (RANK, WORLD_SIZE); Open
+ * MPI (OMPI_COMM_WORLD_RANK/SIZE); Slurm (SLURM_PROCID, SLURM_NTASKS); PMI
+ * (PMI_RANK/PMI_SIZE). The root's address is PLAIT_COMM_ID (host:port), else
+ * MASTER_ADDR and MASTER_PORT + PLAIT_PORT_OFFSET (default 1: plait never takes
+ * torchrun's TCPStore port); rank 0 hosts the root. The secret comes from PLAIT_SECRET or the file PLAIT_SECRET_FILE;
  * without one the bootstrap is unauthenticated and a WARN says so. `config` may be
  * NULL. Failures: PLAIT_ERR_INVALID_USAGE when no launcher environment is found
  * (the message lists what was looked for), otherwise as init_rank. */
@@ -183,9 +187,10 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
 plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_comm_t *newcomm_out,
                                 const plait_config_t *config);
 
-/* Waits for every operation issued on `comm` to finish and then makes it inert
- * for new work. Collective: every rank must call it. Returns the first error of
- * the outstanding work, if any. */
+/* Waits for every operation issued on `comm` through its non-blocking path to
+ * finish and then makes it inert for new work. Local: it exchanges no message
+ * (every rank's operations complete only together anyway). Returns the first
+ * error of the communicator's work, if any. */
 plait_result_t plait_comm_finalize(plait_comm_t comm);
 
 /* Frees every resource of `comm` (memory, segments, sockets, threads). Call it
@@ -216,9 +221,10 @@ plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, v
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle);
 
 /* Creates a premultiplied-sum op: out = sum over ranks of (scalar * in_r).
- * `scalar` points to one element of `datatype` (a floating-point type); with
- * PLAIT_SCALAR_HOST_IMMEDIATE it is copied now, with PLAIT_SCALAR_DEVICE it is
- * read when each operation runs. The op belongs to `comm`. Failures:
+ * `scalar` points to one element of `datatype` (any type; integers multiply with
+ * wrap-around); with PLAIT_SCALAR_HOST_IMMEDIATE it is copied now, with
+ * PLAIT_SCALAR_DEVICE the pointer is kept and read each time a collective using
+ * the op is issued (host memory). The op belongs to `comm`. Failures:
  * PLAIT_ERR_INVALID_ARGUMENT (NULL, bad type or residence); PLAIT_ERR_INVALID_USAGE
  * when the communicator's table of ops is full. */
 plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar, plait_datatype_t datatype,

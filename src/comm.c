@@ -155,6 +155,10 @@ plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn)
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is finalized", fn);
     if (plait_aborted(&comm->abort_flag))
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator was aborted", fn);
+    if (comm->owner_pid != getpid())
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "%s: the communicator belongs to process %d; a forked child cannot use it (only destroy it)",
+                           fn, (int)comm->owner_pid);
     return PLAIT_SUCCESS;
 }
 
@@ -170,7 +174,9 @@ void plait_comm_check_peers(struct plait_comm *comm)
          * for more becomes an error. */
         for (int c = 0; c < comm->ncls; c++) {
             struct plait_conn *conn = comm->conns[p * comm->ncls + c];
-            if (conn)
+            /* A socket peer's last data may still sit in our kernel buffer:
+             * its EOF, read in order after that data, is what ends it. */
+            if (conn && !conn->needs_progress)
                 conn->peer_gone = 1;
         }
         const uint64_t *ops = comm->peer_ops ? comm->peer_ops[p] : NULL;
@@ -193,6 +199,9 @@ struct rank_card {
     struct plait_settings set;
 };
 
+struct plait_reg;
+static void regs_free(struct plait_comm *comm);
+
 static void comm_free(struct plait_comm *comm)
 {
     if (!comm)
@@ -204,6 +213,7 @@ static void comm_free(struct plait_comm *comm)
             if (comm->pidfds[p] >= 0)
                 close(comm->pidfds[p]);
     plait_bootstrap_close(comm->bs);
+    regs_free(comm);
     free(comm->pidfds);
     free(comm->peer_ops);
     free(comm->conns);
@@ -233,6 +243,8 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
             comm->blocking = config->blocking != 0;
         if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
             comm->max_channels = config->max_ctas;
+        if (config->min_ctas != PLAIT_CONFIG_UNDEF_INT && config->min_ctas > 0)
+            comm->min_channels = config->min_ctas;
         if (config->name)
             snprintf(comm->name, sizeof(comm->name), "%s", config->name);
     }
@@ -275,8 +287,13 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
 
     if ((status = plait_settings_load(&comm->set)))
         return status;
-    if (comm->max_channels > 0 && comm->set.nchannels > comm->max_channels)
-        comm->set.nchannels = comm->max_channels;
+    /* The config's CTA bounds win over the environment's (NCCL's order). */
+    int lo = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
+    int hi = comm->max_channels > 0 ? comm->max_channels : comm->set.max_ctas;
+    if (lo > 0 && comm->set.nchannels < lo)
+        comm->set.nchannels = lo > 32 ? 32 : lo;
+    if (hi > 0 && comm->set.nchannels > hi)
+        comm->set.nchannels = hi;
     comm->nchannels = comm->set.nchannels;
     comm->ncls = comm->nchannels + 1;
 
@@ -460,24 +477,29 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
     return PLAIT_SUCCESS;
 }
 
+/* With PLAIT_COMM_ID the id names a fixed address and rank 0 hosts the root
+ * (plait_get_unique_id made no root). */
+static int comm_id_starts_root(const plait_unique_id_t *id, int rank)
+{
+    const struct plait_uid *u = (const struct plait_uid *)id->internal;
+    const char *fixed = plait_env_get("PLAIT_COMM_ID");
+    if (!fixed || !*fixed || rank != 0 || u->magic != PLAIT_UID_MAGIC)
+        return 0;
+    union plait_sockaddr a;
+    return plait_sock_parse_addr(fixed, &a) == PLAIT_SUCCESS && memcmp(&a, &u->root, sizeof(a)) == 0;
+}
+
 plait_result_t plait_comm_init_rank_config(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank,
                                            const plait_config_t *config)
 {
-    return plait_comm_init_internal(comm_out, nranks, &id, rank, config, 0, "plait_comm_init_rank_config");
+    return plait_comm_init_internal(comm_out, nranks, &id, rank, config, comm_id_starts_root(&id, rank),
+                                    "plait_comm_init_rank_config");
 }
 
 plait_result_t plait_comm_init_rank(plait_comm_t *comm_out, int nranks, plait_unique_id_t id, int rank)
 {
-    /* With PLAIT_COMM_ID the id names a fixed address and rank 0 hosts the root. */
-    const struct plait_uid *u = (const struct plait_uid *)id.internal;
-    int start_root = 0;
-    const char *fixed = plait_env_get("PLAIT_COMM_ID");
-    if (fixed && *fixed && rank == 0 && u->magic == PLAIT_UID_MAGIC) {
-        union plait_sockaddr a;
-        if (plait_sock_parse_addr(fixed, &a) == PLAIT_SUCCESS && memcmp(&a, &u->root, sizeof(a)) == 0)
-            start_root = 1;
-    }
-    return plait_comm_init_internal(comm_out, nranks, &id, rank, NULL, start_root, "plait_comm_init_rank");
+    return plait_comm_init_internal(comm_out, nranks, &id, rank, NULL, comm_id_starts_root(&id, rank),
+                                    "plait_comm_init_rank");
 }
 
 plait_result_t plait_get_unique_id(plait_unique_id_t *id)
@@ -494,7 +516,15 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id)
         union plait_sockaddr a;
         if ((status = plait_sock_parse_addr(fixed, &a)))
             return plait_error_context(status, "PLAIT_COMM_ID");
-        plait_bootstrap_uid_from_addr(&a, NULL, id);
+        uint8_t secret[PLAIT_SECRET_BYTES];
+        int has_secret = 0;
+        if ((status = plait_env_secret(secret, &has_secret)))
+            return status;
+        if (!has_secret)
+            PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+                       "PLAIT_COMM_ID=%s without PLAIT_SECRET or PLAIT_SECRET_FILE: the bootstrap is unauthenticated",
+                       fixed);
+        plait_bootstrap_uid_from_addr(&a, has_secret ? secret : NULL, id);
         return PLAIT_SUCCESS;
     }
     return plait_bootstrap_create_root(set.ifname, NULL, set.timeout_s, id);
@@ -644,6 +674,8 @@ plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_com
         cfg.blocking = comm->blocking;
         if (comm->max_channels > 0)
             cfg.max_ctas = comm->max_channels;
+        if (comm->min_channels > 0)
+            cfg.min_ctas = comm->min_channels;
     }
     status = plait_comm_init_internal(newcomm_out, newn, &cards[leader].id, newrank, &cfg, 0, "plait_comm_split");
 out:
@@ -681,13 +713,21 @@ plait_result_t plait_comm_destroy(plait_comm_t comm)
         return PLAIT_SUCCESS;
     if (comm->magic != PLAIT_COMM_MAGIC)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_destroy: comm is not a live communicator");
-    wait_init(comm);
-    if (comm->internal_stream) {
-        plait_stream_destroy(comm->internal_stream);
-        comm->internal_stream = NULL;
+    if (comm->owner_pid == getpid()) {
+        wait_init(comm);
+        if (comm->internal_stream) {
+            plait_stream_destroy(comm->internal_stream);
+            comm->internal_stream = NULL;
+        }
+        /* Work queued on user streams still uses the communicator: it ends (or
+         * fails at its deadline, or at once after an abort) before we free. */
+        while (__atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > 0)
+            usleep(500);
     }
-    /* A forked child holds copies of its parent's communicators: it frees its
-     * memory and descriptors but never unlinks or announces anything. */
+    /* A forked child holds copies of its parent's communicators, without the
+     * threads behind them: it frees its copies of memory and descriptors (which
+     * the parent does not share) and never waits for, unlinks or announces
+     * anything. */
     comm_free(comm);
     return PLAIT_SUCCESS;
 }
@@ -701,7 +741,7 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
     /* Every wait polls the flag at least every few milliseconds; wait for the
      * threads inside the executor to leave before freeing. */
-    while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0)
+    while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0 || __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > 0)
         usleep(500);
     return plait_comm_destroy(comm);
 }
@@ -748,6 +788,7 @@ struct plait_reg {
     struct plait_comm *comm;
     void *buff;
     size_t size;
+    struct plait_reg *next;
 };
 #define PLAIT_REG_MAGIC 0x706c6169726567ull
 
@@ -768,8 +809,20 @@ plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, v
     reg->comm = comm;
     reg->buff = buff;
     reg->size = size;
+    reg->next = comm->regs;
+    comm->regs = reg;
     *handle_out = reg;
     return PLAIT_SUCCESS;
+}
+
+static void regs_free(struct plait_comm *comm)
+{
+    while (comm->regs) {
+        struct plait_reg *r = comm->regs;
+        comm->regs = r->next;
+        r->magic = 0;
+        free(r);
+    }
 }
 
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
@@ -780,6 +833,11 @@ plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
     if (!reg || reg->magic != PLAIT_REG_MAGIC || reg->comm != comm)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
                            "plait_comm_deregister: handle was not returned by plait_comm_register on this comm");
+    for (struct plait_reg **pp = &comm->regs; *pp; pp = &(*pp)->next)
+        if (*pp == reg) {
+            *pp = reg->next;
+            break;
+        }
     reg->magic = 0;
     free(reg);
     return PLAIT_SUCCESS;

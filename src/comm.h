@@ -63,10 +63,13 @@ struct plait_comm {
 
     int abort_flag;         /* raised by plait_comm_abort from any thread */
     int busy;               /* threads inside the executor with this communicator */
+    int inflight;           /* operations queued on streams, not yet finished */
+    struct plait_reg *regs; /* registrations, freed with the communicator */
     int init_pending;       /* non-blocking init still running */
     pid_t owner_pid;        /* the process that created it (fork safety) */
     int blocking;
-    int max_channels;
+    int max_channels;       /* config max_ctas, 0 = unset */
+    int min_channels;       /* config min_ctas, 0 = unset */
     uint64_t seq;           /* operations issued */
     int in_error;           /* a collective failed: further ones are refused */
     int finalized;
@@ -119,6 +122,10 @@ struct plait_op {
  * the bootstrap root at the id's address (PLAIT_COMM_ID, launchers). */
 plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, const plait_unique_id_t *id, int rank,
                                         const plait_config_t *config, int start_root, const char *fn);
+
+/* The shared secret from PLAIT_SECRET or PLAIT_SECRET_FILE (hashed to 32
+ * bytes); *has_secret = 0 when neither is set. */
+plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
 
 /* Validation helper shared by the API entry points. */
 plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn);

@@ -41,7 +41,7 @@ const struct plait_env_var plait_env_table[] = {
      "else 0 (yield at once)."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
-    {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank (when no launcher variables are set)."},
+    {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
     {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
     {"PLAIT_SECRET", NULL, "",
      "plait_comm_init_from_env: shared secret for the bootstrap's challenge-response (any string). Without it (or "
@@ -50,6 +50,17 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_PORT_OFFSET", NULL, "1",
      "plait_comm_init_from_env under torchrun/MASTER_PORT: plait's root listens on MASTER_PORT + this offset, not on "
      "the TCPStore's port."},
+    /* Launchers' own variables, read (never written) by plait_comm_init_from_env. */
+    {"RANK", NULL, "", "torchrun: this process's rank (with WORLD_SIZE)."},
+    {"WORLD_SIZE", NULL, "", "torchrun: number of ranks."},
+    {"MASTER_ADDR", NULL, "", "torchrun (or any launcher without PLAIT_COMM_ID): host of rank 0."},
+    {"MASTER_PORT", NULL, "", "torchrun: the TCPStore's port; plait's root uses MASTER_PORT + PLAIT_PORT_OFFSET."},
+    {"OMPI_COMM_WORLD_RANK", NULL, "", "Open MPI: rank (with OMPI_COMM_WORLD_SIZE; address from PLAIT_COMM_ID or MASTER_ADDR)."},
+    {"OMPI_COMM_WORLD_SIZE", NULL, "", "Open MPI: number of ranks."},
+    {"SLURM_PROCID", NULL, "", "Slurm: rank (with SLURM_NTASKS; address from PLAIT_COMM_ID or MASTER_ADDR)."},
+    {"SLURM_NTASKS", NULL, "", "Slurm: number of ranks."},
+    {"PMI_RANK", NULL, "", "PMI (MPICH's Hydra): rank (with PMI_SIZE)."},
+    {"PMI_SIZE", NULL, "", "PMI: number of ranks."},
 };
 const size_t plait_env_table_len = sizeof(plait_env_table) / sizeof(plait_env_table[0]);
 
@@ -73,7 +84,7 @@ static plait_result_t parse_long(const char *name, long lo, long hi, long deflt,
     }
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 0);
+    long x = strtol(v, &end, 10);
     if (errno || end == v || (*end && *end != 'K' && *end != 'M' && *end != 'k' && *end != 'm') ||
         (*end && end[1]))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number", name, v);
@@ -133,6 +144,12 @@ plait_result_t plait_settings_load(struct plait_settings *s)
             return res;
         s->spin_us = (int)v;
     }
+    if ((res = parse_long("PLAIT_MAX_CTAS", 0, 32, 0, &v)))
+        return res;
+    s->max_ctas = (int)v;
+    if ((res = parse_long("PLAIT_MIN_CTAS", 0, 32, 0, &v)))
+        return res;
+    s->min_ctas = (int)v;
     const char *tp = plait_env_get("PLAIT_TRANSPORT");
     if (!tp || !*tp || strcasecmp(tp, "auto") == 0)
         s->transport_force = PLAIT_FORCE_NONE;
@@ -155,7 +172,7 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
 {
     if (a->nchannels != b->nchannels) {
         snprintf(buf, len, "%d vs %d", a->nchannels, b->nchannels);
-        return "PLAIT_NCHANNELS";
+        return "channel count (PLAIT_NCHANNELS, clamped by PLAIT_MIN_CTAS/PLAIT_MAX_CTAS or the config's min_ctas/max_ctas)";
     }
     if (a->nslots != b->nslots) {
         snprintf(buf, len, "%u vs %u", a->nslots, b->nslots);

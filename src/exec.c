@@ -233,9 +233,11 @@ static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed
         if (res)
             return res;
         if (!c->tp->is_flushed(c)) {
-            if (c->peer_gone)
+            if (c->peer_gone) {
+                char who[160];
                 return plait_error(PLAIT_ERR_REMOTE, "rank %d: %s is gone before it received our data", comm->rank,
-                                   "a socket peer");
+                                   plait_peer_str(comm, c->peer, who, sizeof(who)));
+            }
             *all_flushed = 0;
         }
     }
@@ -286,7 +288,15 @@ plait_result_t plait_exec_run(struct plait_op *ops)
      * sequence of pieces. */
     plait_result_t status = PLAIT_SUCCESS;
     struct plait_comm *failed_comm = NULL;
-    struct plait_task **all = malloc(sizeof(*all) * (size_t)(ntasks > 0 ? ntasks : 1));
+    struct plait_task **all = NULL;
+    /* Work queued on a stream may reach a communicator that failed meanwhile. */
+    for (int i = 0; i < rc.n; i++)
+        if (rc.list[i]->in_error || plait_aborted(&rc.list[i]->abort_flag)) {
+            status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator is in error or aborted: %s",
+                                 rc.list[i]->rank, rc.list[i]->async_msg);
+            goto out;
+        }
+    all = malloc(sizeof(*all) * (size_t)(ntasks > 0 ? ntasks : 1));
     if (!all) {
         status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
         goto out;
@@ -400,10 +410,11 @@ out:
     if (status) {
         /* The connections' state is unknown after a failure: the communicators
          * involved refuse further work (as NCCL's do after an error). */
-        for (int i = 0; i < rc.n; i++)
+        (void)failed_comm;
+        for (int i = 0; i < rc.n; i++) {
+            plait_comm_set_async_error(rc.list[i], status, plait_last_error_get());
             rc.list[i]->in_error = 1;
-        if (failed_comm)
-            plait_comm_set_async_error(failed_comm, status, plait_last_error_get());
+        }
     }
     for (int i = 0; i < rc.n; i++)
         __atomic_sub_fetch(&rc.list[i]->busy, 1, __ATOMIC_ACQ_REL);

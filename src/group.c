@@ -60,19 +60,21 @@ static plait_result_t launch(struct plait_op *ops)
         op->stream = op->comm->internal_stream;
         in_progress = 1;
     }
+    /* Streams first: the calling thread's own batch may depend on work of the
+     * group queued on a stream (and the reverse cannot block a worker). */
+    struct plait_op *inline_ops = take_stream(&ops, NULL);
     while (ops) {
         plait_stream_t s = ops->stream;
         struct plait_op *batch = take_stream(&ops, s);
-        if (s) {
-            plait_result_t r = plait_stream_submit(s, batch);
-            if (r && !status)
-                status = r;
-        } else {
-            plait_result_t r = plait_exec_run(batch);
-            plait_op_free_list(batch);
-            if (r && !status)
-                status = r;
-        }
+        plait_result_t r = plait_stream_submit(s, batch);
+        if (r && !status)
+            status = r;
+    }
+    if (inline_ops) {
+        plait_result_t r = plait_exec_run(inline_ops);
+        plait_op_free_list(inline_ops);
+        if (r && !status)
+            status = r;
     }
     if (!status && in_progress)
         return PLAIT_IN_PROGRESS;

@@ -56,7 +56,7 @@ static plait_result_t root_address(union plait_sockaddr *addr, char *desc, size_
 }
 
 /* The secret as 32 bytes (a hash of what the user gave), or 0 when none. */
-static plait_result_t read_secret(uint8_t secret[PLAIT_SECRET_BYTES], int *has_secret)
+plait_result_t plait_env_secret(uint8_t secret[PLAIT_SECRET_BYTES], int *has_secret)
 {
     *has_secret = 0;
     const char *s = getenv("PLAIT_SECRET");
@@ -128,7 +128,7 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
         return status;
     uint8_t secret[PLAIT_SECRET_BYTES];
     int has_secret = 0;
-    if ((status = read_secret(secret, &has_secret)))
+    if ((status = plait_env_secret(secret, &has_secret)))
         return status;
     if (!has_secret && rank == 0)
         PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,

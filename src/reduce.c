@@ -2,25 +2,26 @@
  *
  * plait_reduce_apply() is the inner loop of every reduction the CPU executor
  * runs, so it looks at (dtype, op, flags) once per call, picks one of a handful
- * of "kernels" (sum, prod, max, min, scale-then-sum, scale) and runs one loop
- * specialised for that (type, kernel) pair. The loops are written once per type
- * as always_inline bodies that take the kernel as a compile-time constant; the
- * per-type functions that call them are compiled three times (AVX-512, AVX2,
- * baseline) by target_clones and chosen once, at load time, through an ifunc, so
- * a call costs one switch and one indirect call, never a per-element branch.
+ * of "kernels" (sum, prod, max, min, scale-then-sum, scale, copy) and runs one
+ * loop specialised for that (type, kernel) pair. The loops are written once per
+ * type as always_inline bodies that take the kernel as a compile-time constant;
+ * the per-type functions that call them are compiled three times (x86-64-v4:
+ * AVX-512 with BW/VL; x86-64-v3: AVX2; and the baseline) by target_clones and
+ * chosen once, at load time, through an ifunc. A call costs one switch and one
+ * indirect call, never a per-element branch.
  *
- * fp16, bf16 and fp8 are widened to fp32 in registers, combined in fp32 and
- * narrowed again with round-to-nearest-even inside the same loop. The
- * conversions are branch-free integer code (plus one fp32 add or int-to-float
- * conversion for subnormals) so that gcc vectorises them, and so that their
- * result does not depend on MXCSR's flush-to-zero/denormals-are-zero bits: a
- * process that set FTZ/DAZ for its own fp32 math still gets exact fp16 and fp8
- * subnormals. On x86 with F16C, fp16 goes through vcvtph2ps/vcvtps2ph instead;
- * those are exact and round to nearest-even like the scalar code, and NaN is
- * canonicalised the same way, so both paths give the same bits (the tests
- * compare them).
+ * bf16 and fp8 are widened to fp32 in registers, combined in fp32 and narrowed
+ * again with round-to-nearest-even inside the same loop. The conversions are
+ * branch-free integer code (plus one fp32 add or int-to-float conversion for
+ * subnormals) so that gcc vectorises them, and so that their result does not
+ * depend on MXCSR's flush-to-zero/denormals-are-zero bits: a process that set
+ * FTZ/DAZ for its own fp32 math still gets exact fp16 and fp8 subnormals (bf16
+ * subnormals are fp32 subnormals, so bf16 sums are subject to FTZ like fp32's).
+ * fp16 does the same, except that on CPUs with AVX2 and F16C the sums, products
+ * and scaling use vcvtph2ps/vcvtps2ph, which give the same bits. Max and min of
+ * narrow types never convert: they compare the encodings.
  *
- * NaN conventions (chosen to match what CUDA produces, so the CPU and GPU
+ * NaN conventions (chosen to match what CUDA produces, so that the CPU and GPU
  * executors agree bit for bit):
  *  - narrowing to fp16 or bf16 turns every NaN into the canonical 0x7fff, to
  *    e4m3 or e5m2 into 0x7f (CUDA's __nv_cvt_float_to_fp8 canonicalises the
@@ -30,11 +31,14 @@
  *    (0x7e/0xfe) and +-57344 (0x7b/0xfb);
  *  - max/min follow fmaxf/fminf as the GPU's max.f32/min.f32 implement them: a
  *    NaN operand is ignored and the other operand returned; when both are NaN
- *    the result is the canonical NaN (0x7fffffff, 0x7fffffffffffffff, and after
- *    narrowing 0x7fff or 0x7f); -0 orders below +0, so max(-0, +0) = +0 and
- *    min(-0, +0) = -0 whatever the operand order;
+ *    the result is the canonical NaN (0x7fffffff, 0x7fffffffffffffff, and for
+ *    narrow types 0x7fff or 0x7f); -0 orders below +0, so max(-0, +0) = +0 and
+ *    min(-0, +0) = -0 whatever the operand order. A narrow result is narrowed
+ *    like any other, so max(inf, x) in e5m2 is 57344;
  *  - for fp32 and fp64 sum, prod and scaling the payload of a NaN result is
- *    whatever the CPU produces (it stays a NaN); only its NaN-ness is specified.
+ *    whatever the CPU produces (it stays a NaN); only its NaN-ness is specified;
+ *  - a copy (b == NULL without the pre-op) copies the bits, NaN payloads
+ *    included.
  *
  * fp32 and fp64 arithmetic itself assumes the default floating-point
  * environment (round to nearest, no FTZ/DAZ), as the GPU does by default. */
@@ -56,18 +60,25 @@
 
 /* Each binary step is rounded to its type before the next one (DESIGN.md), so
  * "a * s + b" must stay two roundings. GNU C contracts it into an FMA by default
- * (-ffp-contract=fast), which the AVX-512 clone would then emit; turn that off for
- * this file whatever the build flags are. The pragma comes after the includes so
- * that it does not change how the headers' inline functions are compiled. */
+ * (-ffp-contract=fast), which the x86-64-v3/v4 clones would then emit; turn that
+ * off for this file whatever the build flags are. no-trapping-math lets the
+ * vectoriser compute both sides of the conversions' selects (it refuses to
+ * if-convert an fp32 add that might raise a flag otherwise); nothing here reads
+ * the floating-point exception flags. The pragmas come after the includes so that
+ * they do not change how the headers' inline functions are compiled. */
+#if defined(__FAST_MATH__)
+#error "reduce.c must not be built with -ffast-math: NaN, signed zero and rounding are part of its contract"
+#endif
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #endif
 
-/* The per-type loops are compiled for AVX-512, AVX2 and the baseline ISA and the
- * best one is picked once, at load time (an ifunc). Building with
- * -DPLAIT_NO_CLONES keeps only the baseline, e.g. for a static link. */
+/* The per-type loops are compiled for x86-64-v4, x86-64-v3 and the baseline ISA,
+ * and the best one is picked once, at load time (an ifunc). Building with
+ * -DPLAIT_NO_CLONES keeps one copy, compiled for whatever -march says (and is
+ * how the tests exercise each level on one machine). */
 #if defined(PLAIT_HAVE_X86) && defined(__GNUC__) && !defined(PLAIT_NO_CLONES)
 #define PLAIT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -699,13 +710,61 @@ static inline PLAIT_INLINE float narrow_to_f32(int dtype, uint32_t v)
     }
 }
 
-static inline PLAIT_INLINE void narrow_store(int dtype, void *p, size_t i, float f)
+
+static inline PLAIT_INLINE uint32_t narrow_load_bits(int dtype, const void *p, size_t i)
 {
-    uint32_t v = narrow_from_f32(dtype, f);
+    if (dtype == PLAIT_FLOAT16 || dtype == PLAIT_BFLOAT16)
+        return ((const unaligned_u16 *)p)[i];
+    return ((const uint8_t *)p)[i];
+}
+
+static inline PLAIT_INLINE void narrow_store_bits(int dtype, void *p, size_t i, uint32_t v)
+{
     if (dtype == PLAIT_FLOAT16 || dtype == PLAIT_BFLOAT16)
         ((unaligned_u16 *)p)[i] = (uint16_t)v;
     else
         ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
+/* max/min of two narrow encodings, with the same result as widening both to
+ * fp32, taking f32_maxmin_bits() and narrowing back, but without converting:
+ * the result is one of the inputs, except that two NaNs give the canonical NaN
+ * and e5m2's +-inf narrow (saturate) to +-57344 as every narrowing does. The
+ * encodings are sign-magnitude, so mapping negatives to (magnitude mask - |x|)
+ * and positives to (sign bit + |x|) orders them as unsigned integers, with
+ * -0 just below +0. */
+static inline PLAIT_INLINE uint32_t narrow_maxmin_bits(int dtype, bool is_max, uint32_t x, uint32_t y)
+{
+    const bool is_16 = dtype == PLAIT_FLOAT16 || dtype == PLAIT_BFLOAT16;
+    const uint32_t sign = is_16 ? 0x8000u : 0x80u;
+    const uint32_t mag = sign - 1u;
+    bool x_nan, y_nan;
+    switch (dtype) {
+    case PLAIT_FLOAT16:
+        x_nan = (x & mag) > 0x7c00u;
+        y_nan = (y & mag) > 0x7c00u;
+        break;
+    case PLAIT_BFLOAT16:
+        x_nan = (x & mag) > 0x7f80u;
+        y_nan = (y & mag) > 0x7f80u;
+        break;
+    case PLAIT_FLOAT8_E4M3:
+        x_nan = (x & mag) == 0x7fu;
+        y_nan = (y & mag) == 0x7fu;
+        break;
+    default:
+        x_nan = (x & mag) > 0x7cu;
+        y_nan = (y & mag) > 0x7cu;
+        break;
+    }
+    uint32_t kx = (x & sign) ? mag - (x & mag) : x | sign;
+    uint32_t ky = (y & sign) ? mag - (y & mag) : y | sign;
+    uint32_t r = (is_max ? kx > ky : kx < ky) ? x : y;
+    r = y_nan ? x : r;
+    r = x_nan ? y : r;
+    if (dtype == PLAIT_FLOAT8_E5M2)
+        r = (r & mag) == 0x7cu ? (r & sign) | 0x7bu : r;
+    return x_nan && y_nan ? (is_16 ? 0x7fffu : 0x7fu) : r;
 }
 
 /* One binary step in fp32 on values widened from a narrow type (or fp32 itself);
@@ -727,6 +786,13 @@ static inline PLAIT_INLINE float f32_combine(enum red_kernel k, float x, float y
 static inline PLAIT_INLINE void narrow_loop(int dtype, enum red_kernel k, void *dst, const void *a, const void *b,
                                             size_t n, float s)
 {
+    if (k == KERN_MAX || k == KERN_MIN) {
+        for (size_t i = 0; i < n; i++)
+            narrow_store_bits(dtype, dst, i,
+                              narrow_maxmin_bits(dtype, k == KERN_MAX, narrow_load_bits(dtype, a, i),
+                                                 narrow_load_bits(dtype, b, i)));
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float v = narrow_load(dtype, a, i);
         /* The scaled contribution is rounded to the storage type before it is
@@ -735,7 +801,7 @@ static inline PLAIT_INLINE void narrow_loop(int dtype, enum red_kernel k, void *
             v = narrow_to_f32(dtype, narrow_from_f32(dtype, v * s));
         if (k != KERN_SCALE)
             v = f32_combine(k, v, narrow_load(dtype, b, i));
-        narrow_store(dtype, dst, i, v);
+        narrow_store_bits(dtype, dst, i, narrow_from_f32(dtype, v));
     }
 }
 
@@ -850,7 +916,7 @@ static const struct {
     const char *name;
     size_t size;
     bool is_integer;
-    bool is_signed;
+    bool is_signed; /* integers only: how max/min compare */
 } dtype_table[PLAIT_NUM_TYPES] = {
     [PLAIT_INT8] = {"int8", 1, true, true},
     [PLAIT_UINT8] = {"uint8", 1, true, false},
@@ -858,12 +924,12 @@ static const struct {
     [PLAIT_UINT32] = {"uint32", 4, true, false},
     [PLAIT_INT64] = {"int64", 8, true, true},
     [PLAIT_UINT64] = {"uint64", 8, true, false},
-    [PLAIT_FLOAT16] = {"float16", 2, false, true},
-    [PLAIT_FLOAT32] = {"float32", 4, false, true},
-    [PLAIT_FLOAT64] = {"float64", 8, false, true},
-    [PLAIT_BFLOAT16] = {"bfloat16", 2, false, true},
-    [PLAIT_FLOAT8_E4M3] = {"float8_e4m3", 1, false, true},
-    [PLAIT_FLOAT8_E5M2] = {"float8_e5m2", 1, false, true},
+    [PLAIT_FLOAT16] = {"float16", 2, false, false},
+    [PLAIT_FLOAT32] = {"float32", 4, false, false},
+    [PLAIT_FLOAT64] = {"float64", 8, false, false},
+    [PLAIT_BFLOAT16] = {"bfloat16", 2, false, false},
+    [PLAIT_FLOAT8_E4M3] = {"float8_e4m3", 1, false, false},
+    [PLAIT_FLOAT8_E5M2] = {"float8_e5m2", 1, false, false},
 };
 
 static const char *const op_names[PLAIT_RED_NUM_OPS] = {
@@ -887,23 +953,15 @@ const char *plait_op_name(int op)
 }
 
 #ifdef PLAIT_HAVE_F16C
-/* fp16 through F16C (every AVX2 CPU has it). A block of each input is widened
- * into fp32 arrays on the stack, combined there by the same f32_combine() as the
- * generic loop (vectorised for AVX2 here), and narrowed back into dst; the block
- * stays in L1. vcvtph2ps is exact and vcvtps2ph with _MM_FROUND_TO_NEAREST_INT
- * rounds to nearest-even with correct subnormals and overflow to inf, like
- * f32_to_half(). vcvtps2ph keeps a NaN's payload, so NaNs are first replaced by
- * the fp32 NaN 0x7fffe000, whose top mantissa bits narrow to the canonical
- * 0x7fff. Tails shorter than 8 use the scalar conversions. */
-#define F16C_BLOCK 512
-
-__attribute__((target("avx2,f16c"))) static inline void f16c_widen(float *out, const unsigned char *in, size_t m)
+/* fp16 through F16C (every AVX2 CPU has it). vcvtph2ps is exact, and vcvtps2ph
+ * with _MM_FROUND_TO_NEAREST_INT rounds to nearest-even with correct subnormals
+ * and overflow to inf, like f32_to_half(). vcvtps2ph keeps a NaN's payload, so
+ * NaNs are first replaced by the fp32 NaN 0x7fffe000, whose top mantissa bits
+ * narrow to the canonical 0x7fff. Tails shorter than 8 elements use the scalar
+ * conversions, so every element gets the same bits as on the generic path. */
+__attribute__((target("avx2,f16c"))) static inline __m256 f16c_load8(const unsigned char *p)
 {
-    size_t i = 0;
-    for (; i + 8 <= m; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i))));
-    for (; i < m; i++)
-        out[i] = half_to_f32(((const unaligned_u16 *)(const void *)in)[i]);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
 __attribute__((target("avx2,f16c"))) static inline __m128i f16c_narrow8(__m256 v)
@@ -913,58 +971,54 @@ __attribute__((target("avx2,f16c"))) static inline __m128i f16c_narrow8(__m256 v
     return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-__attribute__((target("avx2,f16c"))) static inline void f16c_narrow(unsigned char *out, const float *in, size_t m)
-{
-    size_t i = 0;
-    for (; i + 8 <= m; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), f16c_narrow8(_mm256_loadu_ps(in + i)));
-    for (; i < m; i++)
-        ((unaligned_u16 *)(void *)out)[i] = (uint16_t)f32_to_half(in[i]);
-}
-
-/* x[i] = x[i] * s rounded to fp16 (and widened again). */
-__attribute__((target("avx2,f16c"))) static inline void f16c_scale(float *x, size_t m, float s)
+/* Sum, prod and the scaling kernels in one pass, 8 elements per step. */
+__attribute__((target("avx2,f16c"))) static inline PLAIT_INLINE void f16c_arith(enum red_kernel k, unsigned char *d,
+                                                                               const unsigned char *x,
+                                                                               const unsigned char *y, size_t n,
+                                                                               float s)
 {
     const __m256 scale = _mm256_set1_ps(s);
     size_t i = 0;
-    for (; i + 8 <= m; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(f16c_narrow8(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale))));
-    for (; i < m; i++)
-        x[i] = half_to_f32(f32_to_half(x[i] * s));
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = f16c_load8(x + 2 * i);
+        if (k == KERN_SCALE || k == KERN_SCALE_SUM)
+            v = _mm256_cvtph_ps(f16c_narrow8(_mm256_mul_ps(v, scale)));
+        if (k == KERN_PROD)
+            v = _mm256_mul_ps(v, f16c_load8(y + 2 * i));
+        else if (k != KERN_SCALE)
+            v = _mm256_add_ps(v, f16c_load8(y + 2 * i));
+        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i), f16c_narrow8(v));
+    }
+    for (; i < n; i++) {
+        float v = half_to_f32(((const unaligned_u16 *)(const void *)x)[i]);
+        if (k == KERN_SCALE || k == KERN_SCALE_SUM)
+            v = half_to_f32(f32_to_half(v * s));
+        if (k != KERN_SCALE)
+            v = f32_combine(k, v, half_to_f32(((const unaligned_u16 *)(const void *)y)[i]));
+        ((unaligned_u16 *)(void *)d)[i] = (uint16_t)f32_to_half(v);
+    }
 }
 
 __attribute__((target("avx2,f16c"))) static void red_half_f16c(enum red_kernel k, void *dst, const void *a,
                                                               const void *b, size_t n, float s)
 {
-    float x[F16C_BLOCK];
-    float y[F16C_BLOCK];
-    for (size_t off = 0; off < n; off += F16C_BLOCK) {
-        size_t m = n - off < F16C_BLOCK ? n - off : F16C_BLOCK;
-        f16c_widen(x, (const unsigned char *)a + 2 * off, m);
-        if (k == KERN_SCALE || k == KERN_SCALE_SUM)
-            f16c_scale(x, m, s);
-        if (k != KERN_SCALE) {
-            f16c_widen(y, (const unsigned char *)b + 2 * off, m);
-            switch (k) {
-            case KERN_PROD:
-                for (size_t i = 0; i < m; i++)
-                    x[i] = f32_combine(KERN_PROD, x[i], y[i]);
-                break;
-            case KERN_MAX:
-                for (size_t i = 0; i < m; i++)
-                    x[i] = f32_combine(KERN_MAX, x[i], y[i]);
-                break;
-            case KERN_MIN:
-                for (size_t i = 0; i < m; i++)
-                    x[i] = f32_combine(KERN_MIN, x[i], y[i]);
-                break;
-            default:
-                for (size_t i = 0; i < m; i++)
-                    x[i] = f32_combine(KERN_SUM, x[i], y[i]);
-                break;
-            }
-        }
-        f16c_narrow((unsigned char *)dst + 2 * off, x, m);
+    switch (k) {
+    case KERN_SUM:
+        f16c_arith(KERN_SUM, dst, a, b, n, s);
+        break;
+    case KERN_PROD:
+        f16c_arith(KERN_PROD, dst, a, b, n, s);
+        break;
+    case KERN_SCALE_SUM:
+        f16c_arith(KERN_SCALE_SUM, dst, a, b, n, s);
+        break;
+    case KERN_SCALE:
+        f16c_arith(KERN_SCALE, dst, a, b, n, s);
+        break;
+    case KERN_MAX:
+    case KERN_MIN:
+    case KERN_COPY:
+        break; /* max/min work on the encodings; see narrow_maxmin_bits() */
     }
 }
 
@@ -1018,7 +1072,7 @@ static void red_run(const struct plait_red *r, enum red_kernel k, void *dst, con
         break;
     case PLAIT_FLOAT16:
 #ifdef PLAIT_HAVE_F16C
-        if (has_f16c()) {
+        if (k != KERN_MAX && k != KERN_MIN && has_f16c()) {
             red_half_f16c(k, dst, a, b, n, (float)r->scalar_f);
             break;
         }

@@ -22,7 +22,10 @@ struct plait_red {
     int op;          /* PLAIT_SUM..PLAIT_AVG or PLAIT_RED_PREMULSUM */
     uint64_t nranks; /* for avg */
     /* The pre-multiplier: premulsum's scalar, or 1/nranks for float avg. For
-     * integer types (premulsum only) the integer value, applied wrapping. */
+     * integer types (premulsum only) the integer value, applied wrapping. For
+     * float avg, 1/nranks is rounded to the data type first (NCCL's
+     * __float2half(float(1.0/n)) and likewise), so scalar_f is exactly the value
+     * the GPU multiplies by. */
     double scalar_f;
     uint64_t scalar_i;
 };
@@ -38,8 +41,11 @@ plait_result_t plait_red_init(struct plait_red *r, int dtype, int op, const void
 
 /* dst[i] = post(pre(a[i]) OP b[i]) for i < n, each of `pre`/`post` applied only
  * when its flag is set. With b == NULL: dst[i] = post(pre(a[i])) (a copy, possibly
- * transformed). dst may equal a or b exactly (no partial overlap). Pointers need
- * no particular alignment; the bulk runs vectorised. n may be 0. */
+ * transformed; a plain copy keeps the bits). dst may equal a or b exactly (no
+ * partial overlap). Pointers need no particular alignment; the bulk runs
+ * vectorised. n may be 0. `r` must have been filled by plait_red_init(). Does not
+ * allocate, lock or log; thread-safe. NaN, signed-zero and saturation rules: see
+ * the top of reduce.c. */
 void plait_reduce_apply(const struct plait_red *r, void *dst, const void *a, const void *b, size_t n,
                         unsigned flags);
 
@@ -50,14 +56,16 @@ size_t plait_dtype_size(int dtype);
 const char *plait_dtype_name(int dtype);
 const char *plait_op_name(int op);
 
-/* Scalar conversions, exposed for tests and for the perf tool's checks. */
+/* Scalar conversions, exposed for tests and for the perf tool's checks. Widening
+ * is exact; narrowing rounds to nearest-even, subnormals included. fp16 and bf16
+ * overflow to inf; any NaN narrows to the canonical 0x7fff (as CUDA does). */
 float plait_half_to_float(uint16_t h);
 uint16_t plait_float_to_half(float f);
 float plait_bf16_to_float(uint16_t h);
 uint16_t plait_float_to_bf16(float f);
 float plait_e4m3_to_float(uint8_t v);
-uint8_t plait_float_to_e4m3(float f); /* saturating to +-448, NaN stays NaN */
+uint8_t plait_float_to_e4m3(float f); /* saturating to +-448 (+-inf too), any NaN -> 0x7f */
 float plait_e5m2_to_float(uint8_t v);
-uint8_t plait_float_to_e5m2(float f); /* saturating to +-57344 (as CUDA's __NV_SATFINITE), NaN stays NaN */
+uint8_t plait_float_to_e5m2(float f); /* saturating to +-57344 (as CUDA's __NV_SATFINITE), any NaN -> 0x7f */
 
 #endif

@@ -51,6 +51,7 @@ struct tcp_conn {
     uint64_t rx_head;  /* slots drained by the executor */
     size_t rx_off;
     uint32_t rx_hdr[2];
+    int eof; /* the peer closed its side: nothing more will arrive */
 };
 
 struct tcp_state {
@@ -112,7 +113,7 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
         }
     }
     /* receive into free slots */
-    while (!conn->peer_gone && t->rx_tail - __atomic_load_n(&t->rx_head, __ATOMIC_ACQUIRE) < conn->nslots) {
+    while (!t->eof && t->rx_tail - __atomic_load_n(&t->rx_head, __ATOMIC_ACQUIRE) < conn->nslots) {
         size_t i = (size_t)(t->rx_tail % conn->nslots);
         ssize_t n;
         if (t->rx_off < sizeof(t->rx_hdr)) {
@@ -122,6 +123,7 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
             n = recv(t->fd, t->rx_mem + i * slot + got, t->rx_hdr[1] - got, MSG_DONTWAIT);
         }
         if (n == 0) {
+            t->eof = 1;
             conn->peer_gone = 1;
             if (t->rx_off != 0)
                 return conn_fail(t, PLAIT_ERR_REMOTE, "connection closed in the middle of a message");
@@ -247,7 +249,20 @@ static plait_result_t tcp_setup(struct plait_comm *comm)
     int lfd = -1;
     char ifname[64] = "";
     if (nconns > 0) {
-        status = plait_sock_find_ifaddr(comm->set.ifname, &addrs[me], ifname, sizeof(ifname));
+        /* Without PLAIT_SOCKET_IFNAME, listen where the bootstrap reaches its
+         * peers: the local address of the setup ring's connection is the one the
+         * routing table picked for this job. */
+        socklen_t alen = sizeof(addrs[me]);
+        int ring_fd = plait_bootstrap_next_fd(comm->bs);
+        if (!comm->set.ifname[0] && ring_fd >= 0 && getsockname(ring_fd, &addrs[me].sa, &alen) == 0) {
+            if (addrs[me].sa.sa_family == AF_INET)
+                addrs[me].sin.sin_port = 0;
+            else
+                addrs[me].sin6.sin6_port = 0;
+            snprintf(ifname, sizeof(ifname), "the bootstrap's interface");
+        } else {
+            status = plait_sock_find_ifaddr(comm->set.ifname, &addrs[me], ifname, sizeof(ifname));
+        }
         if (!status)
             status = plait_sock_listen(&addrs[me], &lfd);
     }
