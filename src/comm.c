@@ -202,10 +202,11 @@ struct rank_card {
 struct plait_reg;
 static void regs_free(struct plait_comm *comm);
 
-static void comm_free(struct plait_comm *comm)
+/* Releases everything the communicator holds except its own struct, which a
+ * thread racing with plait_comm_abort may still read (its magic, flags and
+ * counters) and so outlives the abort for a while (see graveyard_push). */
+static void comm_release(struct plait_comm *comm)
 {
-    if (!comm)
-        return;
     for (int t = PLAIT_TP_COUNT - 1; t >= 0; t--)
         transports[t]->teardown(comm);
     if (comm->pidfds)
@@ -219,9 +220,53 @@ static void comm_free(struct plait_comm *comm)
     free(comm->conns);
     free(comm->tp_of);
     free(comm->ranks);
+    comm->bs = NULL;
+    comm->pidfds = NULL;
+    comm->peer_ops = NULL;
+    comm->conns = NULL;
+    comm->tp_of = NULL;
+    comm->ranks = NULL;
+}
+
+static void comm_free(struct plait_comm *comm)
+{
+    if (!comm)
+        return;
+    comm_release(comm);
     pthread_mutex_destroy(&comm->async_lock);
     comm->magic = 0;
     free(comm);
+}
+
+#define PLAIT_COMM_DEAD 0x646561642d636f6dull
+#define GRAVE_SECONDS 30.0
+
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct plait_comm *graveyard;
+
+/* Keeps an aborted communicator's struct readable for GRAVE_SECONDS: a thread
+ * that was entering a call when the abort came then finds a dead magic or a
+ * raised abort flag, instead of freed memory. Older graves are freed here. */
+static void graveyard_push(struct plait_comm *comm)
+{
+    double now = plait_now();
+    comm->magic = PLAIT_COMM_DEAD;
+    comm->dead_since = now;
+    pthread_mutex_lock(&grave_lock);
+    struct plait_comm **pp = &graveyard;
+    while (*pp) {
+        struct plait_comm *g = *pp;
+        if (now - g->dead_since > GRAVE_SECONDS) {
+            *pp = g->grave_next;
+            pthread_mutex_destroy(&g->async_lock);
+            free(g);
+        } else {
+            pp = &g->grave_next;
+        }
+    }
+    comm->grave_next = graveyard;
+    graveyard = comm;
+    pthread_mutex_unlock(&grave_lock);
 }
 
 static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
@@ -738,12 +783,23 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
         return PLAIT_SUCCESS;
     if (comm->magic != PLAIT_COMM_MAGIC)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_abort: comm is not a live communicator");
-    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-    /* Every wait polls the flag at least every few milliseconds; wait for the
-     * threads inside the executor to leave before freeing. */
-    while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0 || __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > 0)
+    /* Sequentially consistent, paired with the executor's increment of busy
+     * followed by its load of the flag: either the executor sees the flag and
+     * touches nothing, or we see it busy and wait. Every wait polls the flag at
+     * least every few milliseconds. */
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&comm->busy, __ATOMIC_SEQ_CST) > 0 || __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0)
         usleep(500);
-    return plait_comm_destroy(comm);
+    if (comm->owner_pid == getpid()) {
+        wait_init(comm);
+        if (comm->internal_stream) {
+            plait_stream_destroy(comm->internal_stream);
+            comm->internal_stream = NULL;
+        }
+    }
+    comm_release(comm);
+    graveyard_push(comm);
+    return PLAIT_SUCCESS;
 }
 
 plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *async_error_out)

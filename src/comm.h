@@ -64,6 +64,8 @@ struct plait_comm {
     int abort_flag;         /* raised by plait_comm_abort from any thread */
     int busy;               /* threads inside the executor with this communicator */
     int inflight;           /* operations queued on streams, not yet finished */
+    double dead_since;      /* aborted: when its resources were released */
+    struct plait_comm *grave_next;
     struct plait_reg *regs; /* registrations, freed with the communicator */
     int init_pending;       /* non-blocking init still running */
     pid_t owner_pid;        /* the process that created it (fork safety) */

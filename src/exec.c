@@ -280,8 +280,12 @@ plait_result_t plait_exec_run(struct plait_op *ops)
             spin_ns = s;
     }
     const double deadline = plait_deadline(timeout);
+    /* Paired with plait_comm_abort: busy is raised before the abort flag is read
+     * (both sequentially consistent), so an abort either waits for us or is
+     * seen by the check below before any of the communicator's resources are
+     * touched. */
     for (int i = 0; i < rc.n; i++)
-        __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
 
     /* Order tasks of one communicator and lane by issue order: each waits for
      * the previous one in its lane, so both ends of a connection see the same
@@ -291,11 +295,15 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     struct plait_task **all = NULL;
     /* Work queued on a stream may reach a communicator that failed meanwhile. */
     for (int i = 0; i < rc.n; i++)
-        if (rc.list[i]->in_error || plait_aborted(&rc.list[i]->abort_flag)) {
+        if (rc.list[i]->in_error || __atomic_load_n(&rc.list[i]->abort_flag, __ATOMIC_SEQ_CST)) {
             status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator is in error or aborted: %s",
                                  rc.list[i]->rank, rc.list[i]->async_msg);
             goto out;
         }
+    /* Published for same-host peers: issued > completed while we run, so a
+     * crash now is told apart from a clean exit (see plait_comm_check_peers). */
+    for (struct plait_op *op = ops; op; op = op->next)
+        __atomic_add_fetch(&op->comm->my_ops[0], 1, __ATOMIC_RELEASE);
     all = malloc(sizeof(*all) * (size_t)(ntasks > 0 ? ntasks : 1));
     if (!all) {
         status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
@@ -371,8 +379,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
             for (int i = 0; i < rc.n; i++) {
                 struct plait_comm *c = rc.list[i];
                 if (plait_aborted(&c->abort_flag)) {
-                    status = plait_error(PLAIT_ERR_REMOTE, "rank %d: communicator aborted (plait_comm_abort)",
-                                         c->rank);
+                    status = plait_error(PLAIT_ERR_REMOTE, "communicator aborted (plait_comm_abort)");
                     failed_comm = c;
                     goto out;
                 }
@@ -380,8 +387,8 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                 if (c->dead_peer >= 0) {
                     char who[160];
                     status = plait_error(PLAIT_ERR_REMOTE,
-                                         "rank %d: %s died in the middle of an operation; the communicator is broken",
-                                         c->rank, plait_peer_str(c, c->dead_peer, who, sizeof(who)));
+                                         "%s died in the middle of an operation; the communicator is broken",
+                                         plait_peer_str(c, c->dead_peer, who, sizeof(who)));
                     failed_comm = c;
                     goto out;
                 }
@@ -403,6 +410,15 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         }
     }
 out:
+    if (status && failed_comm && !strstr(plait_last_error_get(), "(operation #")) {
+        for (int i = 0; i < ntasks && all; i++)
+            if (!all[i]->done && all[i]->op->comm == failed_comm) {
+                const struct plait_op *op = all[i]->op;
+                status = plait_error_context(status, "%s (operation #%llu) on rank %d", op->name,
+                                             (unsigned long long)op->seq, failed_comm->rank);
+                break;
+            }
+    }
     free(all);
     if (!status)
         for (struct plait_op *op = ops; op; op = op->next)

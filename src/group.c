@@ -99,7 +99,6 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream)
     struct plait_comm *comm = op->comm;
     op->stream = stream;
     op->seq = ++comm->seq;
-    __atomic_add_fetch(&comm->my_ops[0], 1, __ATOMIC_RELEASE);
     if (group.depth > 0) {
         if (group.tail)
             group.tail->next = op;

@@ -232,7 +232,8 @@ struct mr_procs {
     int ready_got;
 };
 
-struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t shared_bytes, char *msg, size_t msglen)
+struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t shared_bytes, unsigned flags, char *msg,
+                                size_t msglen)
 {
     msg[0] = '\0';
     struct mr_procs *p = calloc(1, sizeof(*p));
@@ -258,7 +259,8 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
         return NULL;
     }
     plait_unique_id_t id;
-    plait_result_t r = plait_get_unique_id(&id);
+    memset(&id, 0, sizeof(id));
+    plait_result_t r = flags & MR_PROCS_NO_ID ? PLAIT_SUCCESS : plait_get_unique_id(&id);
     if (r != PLAIT_SUCCESS) {
         snprintf(msg, msglen, "plait_get_unique_id: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
         mr_procs_free(p);

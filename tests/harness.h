@@ -44,8 +44,12 @@ typedef int (*mr_child_fn)(struct mr_child *c, void *arg);
 
 struct mr_procs;
 
-/* Forks the ranks. Returns NULL (and a reason in msg) when it cannot. */
-struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t shared_bytes, char *msg, size_t msglen);
+/* Forks the ranks. Returns NULL (and a reason in msg) when it cannot. Flags:
+ * MR_PROCS_NO_ID: draw no unique id (the children make their own; c->id is
+ * zeroed), so that no root thread waits in the parent for ranks that never come. */
+#define MR_PROCS_NO_ID 1u
+struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t shared_bytes, unsigned flags, char *msg,
+                                size_t msglen);
 /* Child side: tells the parent this rank is ready (one byte on the pipe). */
 void mr_child_ready(struct mr_child *c);
 /* Parent side: waits until `count` readiness bytes arrived; 0 on success, -1 on
