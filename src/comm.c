@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +410,15 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     for (int p = 0; p < n; p++)
         if (comm->ranks[p].host_index == comm->host_index)
             comm->nlocal++;
+    if (comm->set.spin_us >= 0) {
+        comm->spin_ns = comm->set.spin_us * 1000;
+    } else {
+        /* Polling a core that a peer on this host needs costs it a whole
+         * scheduler tick: with more local ranks than cores, yield at once. */
+        cpu_set_t cpus;
+        int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+        comm->spin_ns = comm->nlocal > ncpu ? 0 : 20000;
+    }
 
     for (int p = 0; p < n; p++)
         comm->tp_of[p] = (uint8_t)plait_pair_transport(comm, me, p);

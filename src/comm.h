@@ -45,6 +45,7 @@ struct plait_comm {
     int host_index;
     int local_rank;
     int nlocal;
+    int spin_ns;            /* how long a waiter polls before yielding the core */
 
     /* connections: conns[peer * ncls + cls]; NULL where none */
     int nchannels;

@@ -244,22 +244,6 @@ static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed
     return PLAIT_SUCCESS;
 }
 
-static int spin_ns_for(const struct plait_comm *comm)
-{
-    if (comm->set.spin_us >= 0)
-        return comm->set.spin_us * 1000;
-    static int ncpu;
-    if (!ncpu) {
-        cpu_set_t set;
-        int n = 0;
-        if (sched_getaffinity(0, sizeof(set), &set) == 0)
-            n = CPU_COUNT(&set);
-        ncpu = n > 0 ? n : 1;
-    }
-    /* Polling a core that the peer needs costs a whole scheduler tick. */
-    return comm->nlocal > ncpu ? 0 : 20000;
-}
-
 plait_result_t plait_exec_run(struct plait_op *ops)
 {
     struct run_comms rc = {.n = 0};
@@ -275,7 +259,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     for (int i = 0; i < rc.n; i++) {
         if (rc.list[i]->set.coll_timeout_s > 0 && (timeout == 0 || rc.list[i]->set.coll_timeout_s < timeout))
             timeout = rc.list[i]->set.coll_timeout_s;
-        int s = spin_ns_for(rc.list[i]);
+        int s = rc.list[i]->spin_ns;
         if (s < spin_ns)
             spin_ns = s;
     }
