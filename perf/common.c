@@ -1346,12 +1346,14 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
                      "plait_redop_create_premulsum"))
             return -1;
     }
+    perf_watchdog_arm(ctx->slot, run->rank, o->min_bytes);
     if (perf_barrier(ctx))
         goto out;
 
     /* Warm every size up first (factor 2), out of place, like nccl-tests. */
     for (size_t size = o->min_bytes;;) {
         perf_setup_size(run, coll, size);
+        perf_watchdog_arm(ctx->slot, run->rank, size);
         for (int w = 0; w < o->warmup_iters; w++)
             if (perf_start_one(ctx, 0, w) || perf_after_iteration(ctx))
                 goto out;
@@ -1366,11 +1368,10 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
         perf_setup_size(run, coll, size);
         for (int is_inplace = 0; is_inplace < 2; is_inplace++) {
             perf_watchdog_arm(ctx->slot, run->rank, size);
-            int bad = perf_bench(ctx, is_inplace, &half[is_inplace]);
-            perf_watchdog_disarm(ctx->slot);
-            if (bad)
+            if (perf_bench(ctx, is_inplace, &half[is_inplace]))
                 goto out;
         }
+        perf_watchdog_disarm(ctx->slot);
         if (ctx->is_printer) {
             size_t bytes = perf_total_bytes(run);
             char h0[160], h1[160], stamp[32] = "";
@@ -1397,6 +1398,7 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
     status = 0;
 
 out:
+    perf_watchdog_disarm(ctx->slot);
     if (op_index == PLAIT_PERF_PREMULSUM && status == 0) {
         /* The op may be released only once no queued call still uses it. */
         if (perf_sync(ctx) || !perf_ok(ctx, plait_redop_destroy(run->op, ctx->comm), "plait_redop_destroy"))
@@ -1457,9 +1459,6 @@ static int perf_run_all(struct perf_rank *ctx)
     for (long cycle = 0; o->run_cycles == 0 || cycle < o->run_cycles; cycle++) {
         for (int t = t_first; t <= t_last; t++) {
             for (int op = o_first; op <= o_last; op++) {
-                /* plait's premultiplied sum takes floating-point types only. */
-                if (coll->is_reduction && op == PLAIT_PERF_PREMULSUM && o->op < 0 && !perf_types[t].is_float)
-                    continue;
                 for (int root = r_first; root <= r_last; root++)
                     if (perf_time_test(ctx, (plait_datatype_t)t, op, root))
                         return -1;
@@ -1554,8 +1553,11 @@ static void perf_init_config(const struct perf_options *opt, plait_config_t *con
 
 static void perf_report_init_failure(const struct perf_options *opt, int rank, const char *call, plait_result_t res)
 {
-    fprintf(stderr, "%s: rank %d: %s failed: %s (%d): %s\n", opt->prog, rank, call, plait_get_error_string(res),
-            (int)res, plait_get_last_error(NULL));
+    char who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof(who), "rank %d: ", rank);
+    fprintf(stderr, "%s: %s%s failed: %s (%d): %s\n", opt->prog, who, call, plait_get_error_string(res), (int)res,
+            plait_get_last_error(NULL));
 }
 
 static int perf_child_main(const struct perf_options *opt, const struct plait_perf_coll *coll, plait_unique_id_t id,
