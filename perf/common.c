@@ -1650,16 +1650,21 @@ static int perf_wait_children(const struct perf_options *opt, pid_t *pids, int n
 static int perf_run_forked(const struct perf_options *opt, const struct plait_perf_coll *coll)
 {
     plait_unique_id_t id;
-    plait_result_t res = plait_get_unique_id(&id);
     pid_t parent = getpid();
-
-    if (res != PLAIT_SUCCESS) {
-        perf_report_init_failure(opt, -1, "plait_get_unique_id", res);
+    /* The children are forked before the id exists and read it from a pipe:
+     * plait_get_unique_id starts the root's thread, and a fork while another
+     * thread holds a lock (a sanitizer's allocator has no fork handler) could
+     * leave the child stuck. */
+    int idp[2];
+    if (pipe(idp) != 0) {
+        fprintf(stderr, "%s: pipe: %s\n", opt->prog, strerror(errno));
         return 1;
     }
     pid_t *pids = calloc((size_t)opt->np, sizeof(pid_t));
     if (!pids) {
         fprintf(stderr, "%s: out of memory\n", opt->prog);
+        close(idp[0]);
+        close(idp[1]);
         return 1;
     }
     fflush(stdout);
@@ -1673,6 +1678,8 @@ static int perf_run_forked(const struct perf_options *opt, const struct plait_pe
             for (int k = 0; k < r; k++)
                 waitpid(pids[k], NULL, 0);
             free(pids);
+            close(idp[0]);
+            close(idp[1]);
             return 1;
         }
         if (pid == 0) {
@@ -1680,6 +1687,17 @@ static int perf_run_forked(const struct perf_options *opt, const struct plait_pe
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent)
                 _exit(1);
+            close(idp[1]);
+            size_t got = 0;
+            while (got < sizeof(id)) {
+                ssize_t n = read(idp[0], (char *)&id + got, sizeof(id) - got);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n <= 0)
+                    _exit(1); /* the parent could not make an id: it says why */
+                got += (size_t)n;
+            }
+            close(idp[0]);
             int status = perf_child_main(opt, coll, id, r);
             fflush(stdout);
             fflush(stderr);
@@ -1689,7 +1707,18 @@ static int perf_run_forked(const struct perf_options *opt, const struct plait_pe
         }
         pids[r] = pid;
     }
+    close(idp[0]);
+    plait_result_t res = plait_get_unique_id(&id);
+    if (res != PLAIT_SUCCESS)
+        perf_report_init_failure(opt, -1, "plait_get_unique_id", res);
+    /* One 128-byte copy per child: writes that small are atomic on a pipe. */
+    for (int r = 0; res == PLAIT_SUCCESS && r < opt->np; r++)
+        if (write(idp[1], &id, sizeof(id)) != (ssize_t)sizeof(id))
+            res = PLAIT_ERR_SYSTEM;
+    close(idp[1]);
     int status = perf_wait_children(opt, pids, opt->np);
+    if (res != PLAIT_SUCCESS)
+        status = 1;
     free(pids);
     return status;
 }

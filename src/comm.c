@@ -81,20 +81,42 @@ void plait_host_identity(char *buf, size_t len)
         snprintf(buf, len, "%s", host);
 }
 
+static pthread_mutex_t token_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The library's own locks are held across fork, so that a child never inherits
+ * one locked by a thread it does not have. */
+static void locks_prefork(void)
+{
+    pthread_mutex_lock(&token_lock);
+    pthread_mutex_lock(&grave_lock);
+}
+
+static void locks_postfork(void)
+{
+    pthread_mutex_unlock(&grave_lock);
+    pthread_mutex_unlock(&token_lock);
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(locks_prefork, locks_postfork, locks_postfork);
+}
+
 uint64_t plait_process_token(void)
 {
     /* Redrawn after fork (the pid changes), so a child is never taken for its
      * parent's threads. */
     static pid_t token_pid;
     static uint64_t token;
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_t *lock = &token_lock;
+    pthread_mutex_lock(lock);
     if (token_pid != getpid()) {
         plait_random_bytes(&token, sizeof(token));
         token_pid = getpid();
     }
     uint64_t t = token;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(lock);
     return t;
 }
 
@@ -242,7 +264,6 @@ static void comm_free(struct plait_comm *comm)
 #define PLAIT_COMM_DEAD 0x646561642d636f6dull
 #define GRAVE_SECONDS 30.0
 
-static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct plait_comm *graveyard;
 
 /* Keeps an aborted communicator's struct readable for GRAVE_SECONDS: a thread
@@ -272,6 +293,8 @@ static void graveyard_push(struct plait_comm *comm)
 
 static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_atfork);
     struct plait_comm *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return NULL;

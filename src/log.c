@@ -90,8 +90,27 @@ static const char *env2(const char *plait_name, const char *nccl_name)
     return v ? v : getenv(nccl_name);
 }
 
+/* A fork while another thread logs must not leave the child's copy of the
+ * mutex locked for ever. */
+static void log_prefork(void)
+{
+    pthread_mutex_lock(&log_mutex);
+}
+
+static void log_postfork(void)
+{
+    pthread_mutex_unlock(&log_mutex);
+}
+
+static void log_register_atfork(void)
+{
+    pthread_atfork(log_prefork, log_postfork, log_postfork);
+}
+
 void plait_log_configure(void)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, log_register_atfork);
     pthread_mutex_lock(&log_mutex);
     gethostname(log_host, sizeof(log_host) - 1);
     char *dot = strchr(log_host, '.');

@@ -80,13 +80,52 @@ out:
     return failed;
 }
 
+/* The unique id reaches forked ranks through a pipe, written after every fork:
+ * plait_get_unique_id starts the root's thread, and forking while a thread may
+ * hold an allocator lock (ASan's has no fork handler) would hang the child. */
+static int id_pipe_open(int fds[2])
+{
+    return pipe(fds);
+}
+
+/* Parent, after the forks: makes the id and sends one copy per child (128-byte
+ * writes are atomic on a pipe). Closes the write end in any case, so a child
+ * waiting for an id that never comes reads EOF. */
+static plait_result_t id_pipe_send(int fds[2], int nchildren, plait_unique_id_t *id_out)
+{
+    close(fds[0]);
+    plait_result_t r = plait_get_unique_id(id_out);
+    for (int i = 0; r == PLAIT_SUCCESS && i < nchildren; i++)
+        if (write(fds[1], id_out, sizeof(*id_out)) != (ssize_t)sizeof(*id_out))
+            r = PLAIT_ERR_SYSTEM;
+    close(fds[1]);
+    return r;
+}
+
+/* Child: reads its copy of the id; returns 0 on success. */
+static int id_pipe_recv(int fds[2], plait_unique_id_t *id)
+{
+    close(fds[1]);
+    size_t got = 0;
+    while (got < sizeof(*id)) {
+        ssize_t n = read(fds[0], (char *)id + got, sizeof(*id) - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    return 0;
+}
+
 static int run_procs(enum mr_mode mode, int nranks, mr_fn fn, void *arg, double timeout_s, char *msg,
                      size_t msglen, int owned)
 {
     plait_unique_id_t id;
-    plait_result_t r = plait_get_unique_id(&id);
-    if (r != PLAIT_SUCCESS) {
-        snprintf(msg, msglen, "plait_get_unique_id: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
+    int idp[2];
+    if (id_pipe_open(idp) != 0) {
+        snprintf(msg, msglen, "pipe: %s", strerror(errno));
         return nranks;
     }
     char *shared = mmap(NULL, (size_t)nranks * MSG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -98,6 +137,10 @@ static int run_procs(enum mr_mode mode, int nranks, mr_fn fn, void *arg, double 
             if (mode == MR_SOCKET)
                 setenv("PLAIT_TRANSPORT", "socket", 1);
             char *m = shared + (size_t)i * MSG_BYTES;
+            if (id_pipe_recv(idp, &id) != 0) {
+                snprintf(m, MSG_BYTES, "no unique id from the parent");
+                _exit(2);
+            }
             plait_comm_t comm;
             plait_result_t res = plait_comm_init_rank(&comm, nranks, id, i);
             if (res != PLAIT_SUCCESS) {
@@ -112,6 +155,12 @@ static int run_procs(enum mr_mode mode, int nranks, mr_fn fn, void *arg, double 
         pids[i] = pid;
         if (pid > 0)
             mr_note_child(pid);
+    }
+    {
+        plait_result_t r = id_pipe_send(idp, nranks, &id);
+        if (r != PLAIT_SUCCESS)
+            snprintf(msg, msglen, "plait_get_unique_id: %s: %s", plait_get_error_string(r),
+                     plait_get_last_error(NULL));
     }
     int failed = 0, left = nranks;
     double deadline = now_s() + timeout_s;
@@ -260,9 +309,10 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
     }
     plait_unique_id_t id;
     memset(&id, 0, sizeof(id));
-    plait_result_t r = flags & MR_PROCS_NO_ID ? PLAIT_SUCCESS : plait_get_unique_id(&id);
-    if (r != PLAIT_SUCCESS) {
-        snprintf(msg, msglen, "plait_get_unique_id: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
+    const int wants_id = !(flags & MR_PROCS_NO_ID);
+    int idp[2] = {-1, -1};
+    if (wants_id && id_pipe_open(idp) != 0) {
+        snprintf(msg, msglen, "pipe: %s", strerror(errno));
         mr_procs_free(p);
         return NULL;
     }
@@ -281,6 +331,8 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
             if (getppid() != parent)
                 _exit(3);
             close(fds[0]);
+            if (wants_id && id_pipe_recv(idp, &id) != 0)
+                _exit(3);
             struct mr_child c = {
                 .rank = i,
                 .nranks = nranks,
@@ -296,6 +348,10 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
         if (pid < 0) {
             snprintf(msg, msglen, "fork: %s", strerror(errno));
             close(fds[1]);
+            if (wants_id) {
+                close(idp[0]);
+                close(idp[1]);
+            }
             mr_procs_free(p);
             return NULL;
         }
@@ -303,6 +359,12 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
         mr_note_child(pid);
     }
     close(fds[1]);
+    if (wants_id) {
+        plait_result_t r = id_pipe_send(idp, nranks, &id);
+        if (r != PLAIT_SUCCESS)
+            snprintf(msg, msglen, "plait_get_unique_id: %s: %s", plait_get_error_string(r),
+                     plait_get_last_error(NULL));
+    }
     return p;
 }
 
