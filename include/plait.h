@@ -75,7 +75,7 @@ typedef enum {
 
 /* Where the scalar of a premultiplied sum lives (NCCL's ncclScalarResidence_t). */
 typedef enum {
-    PLAIT_SCALAR_DEVICE = 0, /* read when the operation runs (for host buffers: a host pointer read at run time) */
+    PLAIT_SCALAR_DEVICE = 0, /* a pointer, read each time a collective using the op is issued */
     PLAIT_SCALAR_HOST_IMMEDIATE = 1 /* copied when the op is created */
 } plait_scalar_residence_t;
 
@@ -137,9 +137,11 @@ const char *plait_get_last_error(plait_comm_t comm);
 /* ---------------------------------------------------------------- communicators */
 
 /* Creates a new unique id for a communicator: starts a listening socket for the
- * bootstrap root in this process (on PLAIT_SOCKET_IFNAME's address, or on
- * PLAIT_COMM_ID if set) and draws a random secret. Call it on one rank only and
- * pass the id to the others. Returns PLAIT_ERR_SYSTEM when no address can be
+ * bootstrap root in this process (on PLAIT_SOCKET_IFNAME's address) and draws a
+ * random secret. With PLAIT_COMM_ID=host:port set, it starts nothing: the id
+ * names that address (rank 0 hosts the root at init) and carries the secret of
+ * PLAIT_SECRET/PLAIT_SECRET_FILE, or none (a WARN says so). Call it on one rank
+ * only and pass the id to the others. Returns PLAIT_ERR_SYSTEM when no address can be
  * bound, PLAIT_ERR_INVALID_ARGUMENT if id is NULL. Thread-safe. */
 plait_result_t plait_get_unique_id(plait_unique_id_t *id);
 
@@ -193,9 +195,11 @@ plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_com
  * error of the communicator's work, if any. */
 plait_result_t plait_comm_finalize(plait_comm_t comm);
 
-/* Frees every resource of `comm` (memory, segments, sockets, threads). Call it
- * after plait_comm_finalize() or plait_comm_abort(); calling it directly finalizes
- * first. `comm` is invalid afterwards. NULL is accepted (no-op). */
+/* Frees every resource of `comm` (memory, segments, sockets, threads), after
+ * waiting for its work queued on any stream. Call it after plait_comm_finalize()
+ * or instead of it; not after plait_comm_abort(), which frees the communicator
+ * itself. `comm` is invalid afterwards. NULL is accepted (no-op). In a forked
+ * child, destroying an inherited communicator frees the child's copies only. */
 plait_result_t plait_comm_destroy(plait_comm_t comm);
 
 /* Aborts every wait on `comm` from any thread: collectives in flight return

@@ -58,7 +58,7 @@ plait_result_t plait_get_version(int *version)
 
 const char *plait_get_last_error(plait_comm_t comm)
 {
-    if (comm && comm->magic == PLAIT_COMM_MAGIC) {
+    if (comm && plait_comm_is_live(comm)) {
         pthread_mutex_lock(&comm->async_lock);
         int has = comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS;
         pthread_mutex_unlock(&comm->async_lock);
@@ -163,17 +163,27 @@ void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, con
     pthread_mutex_unlock(&comm->async_lock);
 }
 
-plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn)
+void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len)
+{
+    pthread_mutex_lock(&comm->async_lock);
+    snprintf(buf, len, "%s", comm->async_msg);
+    pthread_mutex_unlock(&comm->async_lock);
+}
+
+plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
 {
     if (!comm)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
-    if (comm->magic != PLAIT_COMM_MAGIC)
+    if (!plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is not a live communicator (destroyed?)", fn);
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE))
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "%s: the communicator is still initializing (poll plait_comm_get_async_error)", fn);
-    if (comm->in_error)
-        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is in error after: %s", fn, comm->async_msg);
+    if (__atomic_load_n(&comm->in_error, __ATOMIC_ACQUIRE)) {
+        char why[sizeof(comm->async_msg)];
+        plait_comm_async_msg(comm, why, sizeof(why));
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is in error after: %s", fn, why);
+    }
     if (comm->finalized)
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is finalized", fn);
     if (plait_aborted(&comm->abort_flag))
@@ -255,6 +265,9 @@ static void comm_free(struct plait_comm *comm)
 {
     if (!comm)
         return;
+    if (comm->internal_stream && comm->owner_pid == getpid())
+        plait_stream_destroy(comm->internal_stream);
+    comm->internal_stream = NULL;
     comm_release(comm);
     pthread_mutex_destroy(&comm->async_lock);
     comm->magic = 0;
@@ -272,7 +285,7 @@ static struct plait_comm *graveyard;
 static void graveyard_push(struct plait_comm *comm)
 {
     double now = plait_now();
-    comm->magic = PLAIT_COMM_DEAD;
+    __atomic_store_n(&comm->magic, PLAIT_COMM_DEAD, __ATOMIC_RELEASE);
     comm->dead_since = now;
     pthread_mutex_lock(&grave_lock);
     struct plait_comm **pp = &graveyard;
@@ -527,6 +540,12 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
 
     if (!comm->blocking) {
+        /* Calls on the NULL stream of a non-blocking communicator run on this
+         * stream; made now, so no call ever races to create it. */
+        if (plait_stream_create_internal(comm, &comm->internal_stream) != PLAIT_SUCCESS) {
+            comm_free(comm);
+            return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot start the communicator's stream", fn);
+        }
         struct init_job *job = malloc(sizeof(*job));
         if (!job) {
             comm_free(comm);
@@ -773,15 +792,25 @@ static void wait_init(struct plait_comm *comm)
 
 plait_result_t plait_comm_finalize(plait_comm_t comm)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_finalize: comm is NULL or not a communicator");
+    if (comm->owner_pid != getpid())
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "plait_comm_finalize: the communicator belongs to process %d; a forked child can only "
+                           "destroy it",
+                           (int)comm->owner_pid);
     wait_init(comm);
     plait_result_t status = PLAIT_SUCCESS;
     if (comm->internal_stream)
         status = plait_stream_synchronize(comm->internal_stream);
     comm->finalized = 1;
-    if (!status && comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS)
-        status = plait_error(comm->async_error, "%s", comm->async_msg);
+    pthread_mutex_lock(&comm->async_lock);
+    plait_result_t async = comm->async_error;
+    char why[sizeof(comm->async_msg)];
+    snprintf(why, sizeof(why), "%s", comm->async_msg);
+    pthread_mutex_unlock(&comm->async_lock);
+    if (!status && async != PLAIT_SUCCESS && async != PLAIT_IN_PROGRESS)
+        status = plait_error(async, "%s", why);
     return status;
 }
 
@@ -789,7 +818,7 @@ plait_result_t plait_comm_destroy(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (comm->magic != PLAIT_COMM_MAGIC)
+    if (!plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_destroy: comm is not a live communicator");
     if (comm->owner_pid == getpid()) {
         wait_init(comm);
@@ -814,14 +843,17 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (comm->magic != PLAIT_COMM_MAGIC)
+    if (!plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_abort: comm is not a live communicator");
     /* Sequentially consistent, paired with the executor's increment of busy
      * followed by its load of the flag: either the executor sees the flag and
      * touches nothing, or we see it busy and wait. Every wait polls the flag at
      * least every few milliseconds. */
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&comm->busy, __ATOMIC_SEQ_CST) > 0 || __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0)
+    /* In a forked child the counters are copies of the parent's, and the
+     * threads they count do not exist here. */
+    while (comm->owner_pid == getpid() &&
+           (__atomic_load_n(&comm->busy, __ATOMIC_SEQ_CST) > 0 || __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0))
         usleep(500);
     if (comm->owner_pid == getpid()) {
         wait_init(comm);
@@ -837,7 +869,7 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 
 plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *async_error_out)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: comm is NULL or not a communicator");
     if (!async_error_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: async_error_out is NULL");
@@ -852,7 +884,7 @@ plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *asy
 
 plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: comm is NULL or not a communicator");
     if (!count_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: count_out is NULL");
@@ -862,7 +894,7 @@ plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 
 plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: comm is NULL or not a communicator");
     if (!rank_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: rank_out is NULL");
@@ -883,7 +915,7 @@ struct plait_reg {
 
 plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: comm is NULL or not a communicator");
     if (!handle_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: handle_out is NULL");
@@ -916,7 +948,7 @@ static void regs_free(struct plait_comm *comm)
 
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_deregister: comm is NULL or not a communicator");
     struct plait_reg *reg = handle;
     if (!reg || reg->magic != PLAIT_REG_MAGIC || reg->comm != comm)
@@ -969,7 +1001,7 @@ plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar,
 
 plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm)
 {
-    if (!comm || comm->magic != PLAIT_COMM_MAGIC)
+    if (!comm || !plait_comm_is_live(comm))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: comm is NULL or not a communicator");
     int i = (int)op - PLAIT_NUM_OPS;
     if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)

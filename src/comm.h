@@ -131,7 +131,17 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
 plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
 
 /* Validation helper shared by the API entry points. */
-plait_result_t plait_comm_check(const struct plait_comm *comm, const char *fn);
+plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn);
+
+/* Whether comm is a live communicator (not destroyed, not aborted). The magic
+ * is read atomically: an abort on another thread rewrites it. */
+static inline int plait_comm_is_live(const struct plait_comm *comm)
+{
+    return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE) == PLAIT_COMM_MAGIC;
+}
+
+/* Copies the asynchronous error message (under its lock). */
+void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len);
 
 /* Runs ops to completion on the calling thread (the progress loop). Returns the
  * first error; failed communicators are marked in_error. */

@@ -19,7 +19,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
-     "Default: the first interface that is up and not loopback, else loopback."},
+     "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
+     "socket uses the local address its rank reaches the root (bootstrap) or its ring neighbour (data) from."},
     {"PLAIT_COMM_ID", "NCCL_COMM_ID", "",
      "host:port of the bootstrap root. When set, plait_get_unique_id() makes no root; rank 0 starts it at init."},
     {"PLAIT_TIMEOUT", NULL, "120", "Deadline in seconds for setup waits (init, split, connection set-up)."},
@@ -44,8 +45,10 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
     {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
     {"PLAIT_SECRET", NULL, "",
-     "plait_comm_init_from_env: shared secret for the bootstrap's challenge-response (any string). Without it (or "
-     "PLAIT_SECRET_FILE) the bootstrap is unauthenticated and a WARN says so."},
+     "Shared secret for the bootstrap's challenge-response (any string), used by plait_comm_init_from_env and by "
+     "plait_get_unique_id under PLAIT_COMM_ID. Without it (or PLAIT_SECRET_FILE) such a bootstrap is "
+     "unauthenticated and a WARN says so. (Ids from plait_get_unique_id without PLAIT_COMM_ID carry a random "
+     "secret.)"},
     {"PLAIT_SECRET_FILE", NULL, "", "A file whose contents are the secret (first 4096 bytes)."},
     {"PLAIT_PORT_OFFSET", NULL, "1",
      "plait_comm_init_from_env under torchrun/MASTER_PORT: plait's root listens on MASTER_PORT + this offset, not on "
@@ -107,7 +110,7 @@ static plait_result_t parse_seconds(const char *name, double deflt, double *out)
     }
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || x < 0)
+    if (end == v || *end || !(x >= 0) || x > 1e9) /* also refuses nan and inf */
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number of seconds >= 0", name, v);
     *out = x;
     return PLAIT_SUCCESS;

@@ -279,10 +279,15 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     struct plait_task **all = NULL;
     /* Work queued on a stream may reach a communicator that failed meanwhile. */
     for (int i = 0; i < rc.n; i++)
-        if (rc.list[i]->in_error || __atomic_load_n(&rc.list[i]->abort_flag, __ATOMIC_SEQ_CST)) {
-            status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator is in error or aborted: %s",
-                                 rc.list[i]->rank, rc.list[i]->async_msg);
-            goto out;
+        if (__atomic_load_n(&rc.list[i]->abort_flag, __ATOMIC_SEQ_CST)) {
+            status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator was aborted", rc.list[i]->rank);
+            goto refused;
+        } else if (__atomic_load_n(&rc.list[i]->in_error, __ATOMIC_ACQUIRE)) {
+            char why[sizeof(rc.list[i]->async_msg)];
+            plait_comm_async_msg(rc.list[i], why, sizeof(why));
+            status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator is in error after: %s",
+                                 rc.list[i]->rank, why);
+            goto refused;
         }
     /* Published for same-host peers: issued > completed while we run, so a
      * crash now is told apart from a clean exit (see plait_comm_check_peers). */
@@ -410,13 +415,15 @@ out:
     if (status) {
         /* The connections' state is unknown after a failure: the communicators
          * involved refuse further work (as NCCL's do after an error). */
-        (void)failed_comm;
         for (int i = 0; i < rc.n; i++) {
             plait_comm_set_async_error(rc.list[i], status, plait_last_error_get());
-            rc.list[i]->in_error = 1;
+            __atomic_store_n(&rc.list[i]->in_error, 1, __ATOMIC_RELEASE);
         }
     }
+refused:
+    /* Refused up front: nothing moved, so the other communicators of the run
+     * are still healthy. */
     for (int i = 0; i < rc.n; i++)
-        __atomic_sub_fetch(&rc.list[i]->busy, 1, __ATOMIC_ACQ_REL);
+        __atomic_sub_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
     return status;
 }

@@ -47,18 +47,38 @@ static plait_result_t launch(struct plait_op *ops)
     int in_progress = 0;
     /* Calls of non-blocking communicators on the NULL stream run on their
      * communicator's internal stream. */
+    struct plait_comm *pinned[64];
+    int npinned = 0;
     for (struct plait_op *op = ops; op; op = op->next) {
         if (op->stream || op->comm->blocking)
             continue;
-        if (!op->comm->internal_stream) {
-            plait_result_t r = plait_stream_create_internal(op->comm, &op->comm->internal_stream);
-            if (r) {
-                plait_op_free_list(ops);
-                return r;
+        /* The internal stream is freed by an abort once busy and inflight are
+         * zero: hold busy (paired with the abort flag, as in the executor)
+         * until the submit below has raised inflight. */
+        struct plait_comm *c = op->comm;
+        int seen = 0;
+        for (int i = 0; i < npinned; i++)
+            seen |= pinned[i] == c;
+        if (!seen) {
+            if (npinned == (int)(sizeof(pinned) / sizeof(pinned[0]))) {
+                status = plait_error(PLAIT_ERR_INVALID_USAGE, "a group may span at most 64 communicators");
+                break;
+            }
+            __atomic_add_fetch(&c->busy, 1, __ATOMIC_SEQ_CST);
+            pinned[npinned++] = c;
+            if (__atomic_load_n(&c->abort_flag, __ATOMIC_SEQ_CST)) {
+                status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator was aborted", c->rank);
+                break;
             }
         }
-        op->stream = op->comm->internal_stream;
+        op->stream = c->internal_stream; /* made with the communicator */
         in_progress = 1;
+    }
+    if (status) {
+        for (int i = 0; i < npinned; i++)
+            __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_free_list(ops);
+        return status;
     }
     /* Streams first: the calling thread's own batch may depend on work of the
      * group queued on a stream (and the reverse cannot block a worker). */
@@ -70,6 +90,8 @@ static plait_result_t launch(struct plait_op *ops)
         if (r && !status)
             status = r;
     }
+    for (int i = 0; i < npinned; i++)
+        __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
     if (inline_ops) {
         plait_result_t r = plait_exec_run(inline_ops);
         plait_op_free_list(inline_ops);

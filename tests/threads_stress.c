@@ -133,6 +133,21 @@ static void nonblocking_init(void)
         }
         CHECK(st == PLAIT_SUCCESS, "nonblocking init %d finished with %d", r, st);
     }
+    /* Calls on the NULL stream of a non-blocking communicator run on its own
+     * stream: issue both ranks' from this thread, then poll. */
+    int in[2] = {5, 7}, out[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        plait_result_t res = plait_allreduce(&in[r], &out[r], 1, PLAIT_INT32, PLAIT_SUM, args[r].comm, NULL);
+        CHECK(res == PLAIT_IN_PROGRESS || res == PLAIT_SUCCESS, "nonblocking allreduce %d returned %d", r, res);
+    }
+    for (int r = 0; r < 2; r++) {
+        plait_result_t st = PLAIT_IN_PROGRESS;
+        for (int k = 0; k < 20000 && st == PLAIT_IN_PROGRESS; k++) {
+            plait_comm_get_async_error(args[r].comm, &st);
+            usleep(500);
+        }
+        CHECK(st == PLAIT_SUCCESS && out[r] == 12, "nonblocking allreduce %d: state %d, result %d", r, st, out[r]);
+    }
     for (int r = 0; r < 2; r++)
         plait_comm_destroy(args[r].comm);
 }
