@@ -41,7 +41,10 @@ enum plait_step_kind {
     PLAIT_STEP_KINDS
 };
 
-enum plait_buf { PLAIT_BUF_INPUT = 0, PLAIT_BUF_OUTPUT = 1 };
+/* Buffers a step reads or writes. SCRATCH is a per-operation buffer of the
+ * executor's (size given by the generator); no generator uses it yet and the CPU
+ * executor does not provide it yet. */
+enum plait_buf { PLAIT_BUF_INPUT = 0, PLAIT_BUF_OUTPUT = 1, PLAIT_BUF_SCRATCH = 2 };
 
 /* Step flags: how the reduction treats the data (see reduce.h). */
 #define PLAIT_STEP_PRE 1u  /* src is this rank's own contribution: apply the pre-op */

@@ -159,6 +159,16 @@ static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
     int iter = 0;
     for (int ci = 0; ci < m->ncounts; ci++) {
         const size_t count = m->counts[ci];
+        /* a barrier between counts: every rank must get through it, and the
+         * collectives after it must still match up */
+        plait_result_t br = plait_barrier(comm, NULL);
+        if (br != PLAIT_SUCCESS) {
+            snprintf(msg, len, "plait_barrier before count %zu: %s: %s", count, plait_get_error_string(br),
+                     plait_get_last_error(comm));
+            free(sbuf);
+            free(rbuf);
+            return 1;
+        }
         for (int coll = 0; coll < TC_COUNT; coll++) {
             int ntypes = m->all_types ? PLAIT_NUM_TYPES : (int)(sizeof(subset) / sizeof(subset[0]));
             for (int ti = 0; ti < ntypes; ti++) {
