@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../algorithms/algorithms.h"
 #include "comm.h"
 #include "log.h"
 #include "util.h"
@@ -121,12 +122,14 @@ static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *nam
     else
         plait_red_init(&op->red, dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
     sched_args(op, count, root);
+    const uint64_t bytes = (uint64_t)count * op->esize;
+    const struct plait_algorithm *algo = plait_algo_select(coll, bytes, comm->nranks, comm->set.algo);
     for (int c = 0; c < comm->nchannels; c++) {
         struct plait_task *t = &op->tasks[op->ntasks++];
         t->op = op;
         t->cls = c;
         t->lane = c;
-        t->gen = plait_ring_step;
+        t->gen = algo->step;
     }
     return plait_enqueue(op, stream);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../algorithms/algorithms.h"
 #include "comm.h"
 #include "log.h"
 
@@ -40,6 +41,10 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_SPIN_US", NULL, "auto",
      "Microseconds a waiting rank polls before yielding the core; auto = 20 when ranks on this host fit the cores, "
      "else 0 (yield at once)."},
+    {"PLAIT_ALGO", "NCCL_ALGO", "",
+     "Force an algorithm: one name for every collective (\"ring\"), or \"allreduce:ring;allgather:ring\". An unknown "
+     "or unsupported name fails init with the list of valid ones; NCCL_ALGO's names that plait lacks (NVLS, "
+     "CollnetDirect, ...) only WARN. Unset: plait chooses (today: ring)."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
@@ -160,6 +165,15 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         s->transport_force = PLAIT_FORCE_SOCKET;
     else
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TRANSPORT=\"%s\" is unknown (valid: auto, socket)", tp);
+    /* PLAIT_ALGO is strict (a wrong name fails init); NCCL_ALGO, written for
+     * NCCL, may name algorithms plait does not have: a WARN, then plait chooses. */
+    const char *algo = getenv("PLAIT_ALGO");
+    if (algo)
+        res = plait_algo_parse(algo, 1, "PLAIT_ALGO", s->algo);
+    else
+        res = plait_algo_parse(getenv("NCCL_ALGO"), 0, "NCCL_ALGO", s->algo);
+    if (res)
+        return res;
     const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
     snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
     const char *hid = plait_env_get("PLAIT_HOSTID");
@@ -189,6 +203,10 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
     if (a->chunk_bytes != b->chunk_bytes) {
         snprintf(buf, len, "%llu vs %llu", (unsigned long long)a->chunk_bytes, (unsigned long long)b->chunk_bytes);
         return "PLAIT_CHUNK_SIZE";
+    }
+    if (memcmp(a->algo, b->algo, sizeof(a->algo)) != 0) {
+        snprintf(buf, len, "forced algorithms differ");
+        return "PLAIT_ALGO (or NCCL_ALGO)";
     }
     if (a->transport_force != b->transport_force) {
         snprintf(buf, len, "%s vs %s", a->transport_force ? "socket" : "auto", b->transport_force ? "socket" : "auto");

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "plait.h"
+#include "../algorithms/schedule.h"
 
 struct plait_env_var {
     const char *name;      /* PLAIT_... */
@@ -34,6 +35,7 @@ struct plait_settings {
     uint64_t slot_bytes;    /* (agreed) FIFO slot size */
     uint64_t chunk_bytes;   /* (agreed) bytes per ring step per rank-chunk */
     int transport_force;    /* (agreed) enum plait_transport_force */
+    uint8_t algo[PLAIT_COLL_COUNT]; /* (agreed) forced algorithm per collective (PLAIT_ALGO / NCCL_ALGO) */
     double timeout_s;       /* setup deadline (PLAIT_TIMEOUT) */
     double coll_timeout_s;  /* collective deadline (PLAIT_COLL_TIMEOUT), 0 = none */
     int spin_us;            /* busy-poll before yielding, -1 = automatic */

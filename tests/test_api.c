@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -175,4 +176,37 @@ Test(api, exports_only_the_public_api)
     cr_assert_null(dlsym(h, "plait_exec_run"), "internal plait_exec_run is exported");
     cr_assert_null(dlsym(h, "plait_reduce_apply"), "internal plait_reduce_apply is exported");
     dlclose(h);
+}
+
+Test(api, plait_algo_is_strict)
+{
+    plait_comm_t c[2];
+    setenv("PLAIT_ALGO", "ring", 1);
+    cr_assert_eq(plait_comm_init_all(c, 2, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    int x[2] = {1, 2}, y[2];
+    cr_assert_eq(plait_group_start(), PLAIT_SUCCESS);
+    plait_allreduce(&x[0], &y[0], 1, PLAIT_INT32, PLAIT_SUM, c[0], NULL);
+    plait_allreduce(&x[1], &y[1], 1, PLAIT_INT32, PLAIT_SUM, c[1], NULL);
+    cr_assert_eq(plait_group_end(), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    cr_assert(y[0] == 3 && y[1] == 3);
+    plait_comm_destroy(c[0]);
+    plait_comm_destroy(c[1]);
+
+    setenv("PLAIT_ALGO", "allreduce:ring;allgather:tree-of-doom", 1);
+    EXPECT_ERR(plait_comm_init_all(c, 2, NULL), PLAIT_ERR_INVALID_ARGUMENT, "tree-of-doom");
+    cr_assert(strstr(plait_get_last_error(NULL), "valid algorithms: auto ring"), "%s", plait_get_last_error(NULL));
+    setenv("PLAIT_ALGO", "alltoall:ring", 1);
+    EXPECT_ERR(plait_comm_init_all(c, 2, NULL), PLAIT_ERR_INVALID_ARGUMENT, "collective");
+}
+
+Test(api, nccl_algo_names_plait_lacks_only_warn)
+{
+    unsetenv("PLAIT_ALGO");
+    setenv("NCCL_ALGO", "NVLS,CollnetDirect", 1);
+    plait_comm_t c;
+    cr_assert_eq(plait_comm_init_all(&c, 1, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    int x = 5, y = 0;
+    cr_assert_eq(plait_allreduce(&x, &y, 1, PLAIT_INT32, PLAIT_SUM, c, NULL), PLAIT_SUCCESS);
+    cr_assert_eq(y, 5);
+    plait_comm_destroy(c);
 }
