@@ -14,6 +14,33 @@ static int ring_supports(int coll, int nranks)
            coll == PLAIT_COLL_ALLGATHER || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_BARRIER;
 }
 
+static int tree_supports(int coll, int nranks)
+{
+    (void)nranks;
+    return coll == PLAIT_COLL_BROADCAST;
+}
+
+static int ring_peers(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)radix;
+    int cnt = 0;
+    if (nranks > 1 && cnt < max)
+        out[cnt++] = (rank + 1) % nranks;
+    if (nranks > 2 && cnt < max)
+        out[cnt++] = (rank + nranks - 1) % nranks;
+    return cnt;
+}
+
+static int no_peers(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)nranks;
+    (void)rank;
+    (void)radix;
+    (void)out;
+    (void)max;
+    return 0;
+}
+
 static int auto_supports(int coll, int nranks)
 {
     (void)nranks;
@@ -21,8 +48,12 @@ static int auto_supports(int coll, int nranks)
 }
 
 const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT] = {
-    [PLAIT_ALGO_AUTO] = {.id = PLAIT_ALGO_AUTO, .name = "auto", .supports = auto_supports, .step = NULL},
-    [PLAIT_ALGO_RING] = {.id = PLAIT_ALGO_RING, .name = "ring", .supports = ring_supports, .step = plait_ring_step},
+    [PLAIT_ALGO_AUTO] = {.id = PLAIT_ALGO_AUTO, .name = "auto", .supports = auto_supports, .step = NULL,
+                         .peers = no_peers},
+    [PLAIT_ALGO_RING] = {.id = PLAIT_ALGO_RING, .name = "ring", .supports = ring_supports, .step = plait_ring_step,
+                         .peers = ring_peers},
+    [PLAIT_ALGO_TREE] = {.id = PLAIT_ALGO_TREE, .name = "tree", .supports = tree_supports,
+                         .step = plait_knomial_step, .peers = plait_knomial_peers},
 };
 
 static const char *const coll_names[PLAIT_COLL_COUNT] = {
@@ -134,6 +165,24 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
         p = end ? end + 1 : p + len;
     }
     return PLAIT_SUCCESS;
+}
+
+int plait_algo_connects(int nranks, int radix, int a, int b)
+{
+    if (a == b)
+        return 0;
+    int peers[256];
+    for (int i = 0; i < PLAIT_ALGO_COUNT; i++) {
+        int n = plait_algorithms[i].peers(nranks, a, radix, peers, 256);
+        for (int j = 0; j < n; j++)
+            if (peers[j] == b)
+                return 1;
+        n = plait_algorithms[i].peers(nranks, b, radix, peers, 256);
+        for (int j = 0; j < n; j++)
+            if (peers[j] == a)
+                return 1;
+    }
+    return 0;
 }
 
 const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks,

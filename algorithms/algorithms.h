@@ -9,7 +9,7 @@
 #include "plait.h"
 #include "schedule.h"
 
-enum plait_algo_id { PLAIT_ALGO_AUTO = 0, PLAIT_ALGO_RING = 1, PLAIT_ALGO_COUNT };
+enum plait_algo_id { PLAIT_ALGO_AUTO = 0, PLAIT_ALGO_RING = 1, PLAIT_ALGO_TREE = 2, PLAIT_ALGO_COUNT };
 
 struct plait_algorithm {
     int id;
@@ -17,7 +17,14 @@ struct plait_algorithm {
     /* 1 when the generator handles this collective on nranks ranks */
     int (*supports)(int coll, int nranks);
     plait_step_fn step;
+    /* The peers `rank` may exchange with on a channel, over every call this
+     * algorithm can serve (any root, any size): the connections made at init.
+     * Returns how many it wrote (at most max). */
+    int (*peers)(int nranks, int rank, int radix, int *out, int max);
 };
+
+/* Whether any algorithm of the table exchanges between a and b (symmetric). */
+int plait_algo_connects(int nranks, int radix, int a, int b);
 
 /* Indexed by enum plait_algo_id (entry 0, "auto", has no generator). */
 extern const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT];

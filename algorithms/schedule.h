@@ -72,6 +72,7 @@ struct plait_sched_args {
     int nchannels;         /* channels the data is split over */
     uint64_t chunk_elems;  /* elements per step per rank-chunk (a multiple of align_elems) */
     uint64_t align_elems;  /* elements in 16 bytes (chunk boundaries are 16-byte aligned) */
+    int radix;             /* tree radix for k-nomial trees (0 or 2: binomial) */
 };
 
 /* Step `idx` of `channel` on args->rank. Returns 1 and fills *out when that step
@@ -99,5 +100,12 @@ static inline void plait_sched_channel_range(uint64_t total, int nchannels, int 
 /* Ring generators (algorithms/ring.c): allreduce, broadcast, reduce, allgather,
  * reducescatter. Ring order is rank order; peers are rank +- 1. */
 int plait_ring_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+
+/* k-nomial tree broadcast (algorithms/tree.c). */
+int plait_knomial_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+
+/* The ranks `rank` exchanges with in any k-nomial tree over nranks ranks, for
+ * any root; writes at most max of them and returns how many. */
+int plait_knomial_peers(int nranks, int rank, int radix, int *out, int max);
 
 #endif

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../algorithms/algorithms.h"
 #include "bootstrap.h"
 #include "log.h"
 #include "socket.h"
@@ -134,12 +135,10 @@ int plait_pair_transport(const struct plait_comm *comm, int a, int b)
 
 int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls)
 {
-    const int n = comm->nranks;
     if (cls == comm->ncls - 1)
         return 1;
-    if (n == 1 || peer == rank)
-        return 0;
-    return peer == (rank + 1) % n || peer == (rank + n - 1) % n;
+    /* ring channels join the peers any algorithm of the table may use */
+    return plait_algo_connects(comm->nranks, comm->set.tree_radix, rank, peer);
 }
 
 const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len)
@@ -213,9 +212,11 @@ void plait_comm_check_peers(struct plait_comm *comm)
                 conn->peer_gone = 1;
         }
         const uint64_t *ops = comm->peer_ops ? comm->peer_ops[p] : NULL;
-        if (ops && __atomic_load_n(&ops[0], __ATOMIC_ACQUIRE) > __atomic_load_n(&ops[1], __ATOMIC_ACQUIRE) &&
+        if (ops && __atomic_load_n(&ops[PLAIT_OPS_ISSUED], __ATOMIC_ACQUIRE) >
+                       __atomic_load_n(&ops[PLAIT_OPS_COMPLETED], __ATOMIC_ACQUIRE) &&
             comm->dead_peer < 0) {
             comm->dead_peer = p;
+            comm->dead_reporter = -1;
             char who[160];
             PLAIT_WARN(PLAIT_SUBSYS_INIT, "rank %d: %s died during an operation", comm->rank,
                        plait_peer_str(comm, p, who, sizeof(who)));
@@ -223,6 +224,31 @@ void plait_comm_check_peers(struct plait_comm *comm)
         close(comm->pidfds[p]);
         comm->pidfds[p] = -1;
     }
+    /* A rank that failed because another died says so in its header (it may
+     * itself exit next: the death it saw is the one to report, not its own). */
+    for (int p = 0; p < comm->nranks && comm->peer_ops; p++) {
+        const uint64_t *ops = comm->peer_ops[p];
+        if (!ops)
+            continue;
+        uint64_t culprit = __atomic_load_n(&ops[PLAIT_OPS_CULPRIT], __ATOMIC_ACQUIRE);
+        if (culprit == 0 || culprit > (uint64_t)comm->nranks || (int)culprit - 1 == comm->rank)
+            continue;
+        /* take the first report; and when the rank we saw die had itself seen
+         * another die first, that other one is the cause */
+        if (comm->dead_peer < 0 || (comm->dead_peer == p && comm->dead_reporter < 0)) {
+            comm->dead_peer = (int)culprit - 1;
+            comm->dead_reporter = p;
+        }
+    }
+}
+
+void plait_comm_publish_death(struct plait_comm *comm, int peer)
+{
+    if (peer < 0 || peer >= comm->nranks || comm->my_ops == comm->local_ops)
+        return;
+    uint64_t none = 0;
+    __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------ init */
@@ -315,6 +341,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     comm->rank = rank;
     comm->nranks = nranks;
     comm->dead_peer = -1;
+    comm->dead_reporter = -1;
     comm->blocking = 1;
     comm->max_channels = 0;
     comm->my_ops = comm->local_ops;

@@ -57,10 +57,11 @@ struct plait_comm {
     /* Operation counters {issued, completed}: ours are published where same-host
      * peers can read them (the shm segment's header), so that a peer that died
      * with issued > completed is known to have crashed mid-operation. */
-    uint64_t local_ops[2];
+    uint64_t local_ops[3];  /* {issued, completed, culprit + 1}: see PLAIT_OPS_* */
     uint64_t *my_ops;
     const uint64_t **peer_ops;
     int dead_peer;          /* a peer that crashed mid-operation, or -1 */
+    int dead_reporter;      /* the rank that reported dead_peer, or -1 (we saw it ourselves) */
 
     int abort_flag;         /* raised by plait_comm_abort from any thread */
     int busy;               /* threads inside the executor with this communicator */
@@ -161,8 +162,17 @@ int plait_stream_busy(plait_stream_t stream);
 /* Records an error found asynchronously on comm (first one wins). */
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);
 
-/* Checks for peers that are gone (pidfds); marks their connections. */
+/* Checks for peers that are gone (pidfds) and for deaths other same-host ranks
+ * have published; marks connections, sets dead_peer. */
 void plait_comm_check_peers(struct plait_comm *comm);
+
+/* Publishes that `peer` died under one of our operations, so that same-host
+ * ranks waiting on us (not on it) name the rank that really died. */
+void plait_comm_publish_death(struct plait_comm *comm, int peer);
+
+#define PLAIT_OPS_ISSUED 0
+#define PLAIT_OPS_COMPLETED 1
+#define PLAIT_OPS_CULPRIT 2 /* rank + 1 of a peer seen dying mid-operation, 0 = none */
 
 /* Ring/point-to-point lanes of a communicator's tasks. */
 static inline int plait_lane_send(const struct plait_comm *c, int peer)

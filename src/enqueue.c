@@ -94,6 +94,7 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->count = count;
     a->nchannels = comm->nchannels;
     a->align_elems = 16 / op->esize;
+    a->radix = comm->set.tree_radix;
     /* A ring step both receives and sends, one slot each per piece: if a step's
      * chunk could fill the whole FIFO, two neighbours could each hold every slot
      * of the other and wait forever. A chunk of at most half the FIFO leaves

@@ -44,7 +44,9 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_ALGO", "NCCL_ALGO", "",
      "Force an algorithm: one name for every collective (\"ring\"), or \"allreduce:ring;allgather:ring\". An unknown "
      "or unsupported name fails init with the list of valid ones; NCCL_ALGO's names that plait lacks (NVLS, "
-     "CollnetDirect, ...) only WARN. Unset: plait chooses (today: ring)."},
+     "CollnetDirect, ...) only WARN. Algorithms: ring (every scheduled collective), tree (broadcast: k-nomial). "
+     "Unset: plait chooses (today: ring)."},
+    {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
@@ -152,6 +154,9 @@ plait_result_t plait_settings_load(struct plait_settings *s)
             return res;
         s->spin_us = (int)v;
     }
+    if ((res = parse_long("PLAIT_TREE_RADIX", 2, 16, 2, &v)))
+        return res;
+    s->tree_radix = (int)v;
     if ((res = parse_long("PLAIT_MAX_CTAS", 0, 32, 0, &v)))
         return res;
     s->max_ctas = (int)v;
@@ -203,6 +208,10 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
     if (a->chunk_bytes != b->chunk_bytes) {
         snprintf(buf, len, "%llu vs %llu", (unsigned long long)a->chunk_bytes, (unsigned long long)b->chunk_bytes);
         return "PLAIT_CHUNK_SIZE";
+    }
+    if (a->tree_radix != b->tree_radix) {
+        snprintf(buf, len, "%d vs %d", a->tree_radix, b->tree_radix);
+        return "PLAIT_TREE_RADIX";
     }
     if (memcmp(a->algo, b->algo, sizeof(a->algo)) != 0) {
         snprintf(buf, len, "forced algorithms differ");

@@ -39,6 +39,7 @@ struct plait_settings {
     double timeout_s;       /* setup deadline (PLAIT_TIMEOUT) */
     double coll_timeout_s;  /* collective deadline (PLAIT_COLL_TIMEOUT), 0 = none */
     int spin_us;            /* busy-poll before yielding, -1 = automatic */
+    int tree_radix;         /* (agreed) k of k-nomial trees */
     int max_ctas;           /* PLAIT_MAX_CTAS, 0 = unset */
     int min_ctas;           /* PLAIT_MIN_CTAS, 0 = unset */
     char ifname[128];       /* PLAIT_SOCKET_IFNAME */

@@ -54,6 +54,9 @@ static const char *buf_ptr(const struct plait_op *op, int which)
 static plait_result_t peer_gone_error(const struct plait_task *t, int peer, const char *what)
 {
     const struct plait_op *op = t->op;
+    /* Before anything else (this rank may exit after returning the error):
+     * same-host ranks waiting on us must learn who really died. */
+    plait_comm_publish_death(op->comm, peer);
     char who[160];
     plait_peer_str(op->comm, peer, who, sizeof(who));
     return plait_error(PLAIT_ERR_REMOTE, "%s (operation #%llu) on rank %d: %s is gone (%s)", op->name,
@@ -374,10 +377,13 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                 }
                 plait_comm_check_peers(c);
                 if (c->dead_peer >= 0) {
-                    char who[160];
+                    char who[160], by[48] = "";
+                    if (c->dead_reporter >= 0)
+                        snprintf(by, sizeof(by), " (as rank %d found)", c->dead_reporter);
                     status = plait_error(PLAIT_ERR_REMOTE,
-                                         "%s died in the middle of an operation; the communicator is broken",
-                                         plait_peer_str(c, c->dead_peer, who, sizeof(who)));
+                                         "%s died in the middle of an operation%s; the communicator is broken",
+                                         plait_peer_str(c, c->dead_peer, who, sizeof(who)), by);
+                    plait_comm_publish_death(c, c->dead_peer);
                     failed_comm = c;
                     goto out;
                 }

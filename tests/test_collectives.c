@@ -18,7 +18,8 @@ static const char *const tc_names[TC_COUNT] = {"allreduce", "reduce",  "reducesc
 struct matrix {
     const size_t *counts;
     int ncounts;
-    int all_types; /* 0: a representative subset (sanitizer builds) */
+    int all_types;     /* 0: a representative subset (sanitizer builds) */
+    unsigned colls;    /* bit per enum tc to run; 0 = all */
 };
 
 static const size_t full_counts[] = {0, 1, 7, (1u << 20) + 3};
@@ -170,6 +171,8 @@ static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
             return 1;
         }
         for (int coll = 0; coll < TC_COUNT; coll++) {
+            if (m->colls && !(m->colls & (1u << coll)))
+                continue;
             int ntypes = m->all_types ? PLAIT_NUM_TYPES : (int)(sizeof(subset) / sizeof(subset[0]));
             for (int ti = 0; ti < ntypes; ti++) {
                 int dtype = m->all_types ? ti : subset[ti];
@@ -206,7 +209,7 @@ static void run_matrix(enum mr_mode mode, int nranks, const struct matrix *m)
     cr_assert_eq(failed, 0, "%s, %d ranks: %d rank(s) failed: %s", mr_mode_name(mode), nranks, failed, msg);
 }
 
-static const struct matrix full = {full_counts, 4, 1};
+static const struct matrix full = {full_counts, 4, 1, 0};
 
 #define MATRIX_TEST(mode, n)                                                                                      \
     Test(collectives, mode##_##n, .timeout = 900)                                                                  \
@@ -235,7 +238,7 @@ MATRIX_TEST(SOCKET, 8)
 
 /* The sanitizer builds run a smaller matrix: small counts, a subset of types. */
 static const size_t small_counts[] = {0, 1, 7, 4099};
-static const struct matrix small = {small_counts, 4, 0};
+static const struct matrix small = {small_counts, 4, 0, 0};
 
 Test(collectives_small, threads_3, .timeout = 600)
 {
@@ -251,3 +254,28 @@ Test(collectives_small, socket_2, .timeout = 600)
 {
     run_matrix(MR_SOCKET, 2, &small);
 }
+
+/* Each algorithm other than the ring, forced with PLAIT_ALGO, on the
+ * collectives it implements (every count and type, in and out of place). */
+static const struct matrix bcast_only = {full_counts, 4, 1, 1u << TC_BROADCAST};
+
+static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int nranks, const struct matrix *m)
+{
+    setenv("PLAIT_ALGO", algo, 1);
+    setenv("PLAIT_TREE_RADIX", radix, 1);
+    run_matrix(mode, nranks, m);
+}
+
+#define ALGO_TEST(algo, radix, mode, n)                                                                           \
+    Test(algorithms, algo##_k##radix##_##mode##_##n, .timeout = 600)                                             \
+    {                                                                                                             \
+        run_algo(#algo, #radix, MR_##mode, n, &bcast_only);                                                       \
+    }
+
+ALGO_TEST(tree, 2, THREADS, 2)
+ALGO_TEST(tree, 2, THREADS, 5)
+ALGO_TEST(tree, 2, SHM, 3)
+ALGO_TEST(tree, 2, SHM, 8)
+ALGO_TEST(tree, 3, SHM, 7)
+ALGO_TEST(tree, 4, THREADS, 8)
+ALGO_TEST(tree, 2, SOCKET, 4)
