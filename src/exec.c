@@ -112,7 +112,15 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
         const size_t bytes = (size_t)n * es;
         if (step_recvs(st->kind)) {
-            rc = comm->conns[st->recv_peer * comm->ncls + t->cls];
+            rc = st->recv_peer >= 0 && st->recv_peer < comm->nranks ? comm->conns[st->recv_peer * comm->ncls + t->cls]
+                                                                      : NULL;
+            if (!rc) {
+                *err = plait_error(PLAIT_ERR_INTERNAL,
+                                   "%s (operation #%llu) on rank %d: the schedule receives from rank %d on channel %d, "
+                                   "which has no connection there (a generator/peer-set mismatch)",
+                                   op->name, (unsigned long long)op->seq, comm->rank, st->recv_peer, t->cls);
+                return ADV_ERROR;
+            }
             if (rc->needs_progress) {
                 plait_result_t res = rc->tp->progress(rc);
                 if (res) {
@@ -140,7 +148,15 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             }
         }
         if (step_sends(st->kind)) {
-            sc = comm->conns[st->send_peer * comm->ncls + t->cls];
+            sc = st->send_peer >= 0 && st->send_peer < comm->nranks ? comm->conns[st->send_peer * comm->ncls + t->cls]
+                                                                      : NULL;
+            if (!sc) {
+                *err = plait_error(PLAIT_ERR_INTERNAL,
+                                   "%s (operation #%llu) on rank %d: the schedule sends to rank %d on channel %d, "
+                                   "which has no connection there (a generator/peer-set mismatch)",
+                                   op->name, (unsigned long long)op->seq, comm->rank, st->send_peer, t->cls);
+                return ADV_ERROR;
+            }
             if (sc->needs_progress) {
                 plait_result_t res = sc->tp->progress(sc);
                 if (res) {

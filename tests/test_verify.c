@@ -1,0 +1,653 @@
+/* The schedule verifier (algorithms/verify.c): the ring is proved right for
+ * every collective on many rank counts and chunkings, and deliberately broken
+ * generators written here are caught, each with the finding it deserves.
+ *
+ * The broken generators are small wrappers around plait_ring_step (or a few
+ * hand-written steps) so that each one breaks exactly one thing. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "schedule.h"
+#include "verify.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+/* A config shaped like the library's: chunk at most half the FIFO, 16-byte
+ * aligned (src/enqueue.c, sched_args). */
+static struct plait_verify_config config(plait_step_fn gen, int coll, int nranks, uint64_t count, int nchannels,
+                                         uint64_t piece, uint32_t slots, uint64_t chunk, int type_bytes)
+{
+    struct plait_verify_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gen = gen;
+    cfg.args.coll = coll;
+    cfg.args.nranks = nranks;
+    cfg.args.count = count;
+    cfg.args.nchannels = nchannels;
+    cfg.args.align_elems = 16 / (uint64_t)type_bytes;
+    cfg.args.chunk_elems = chunk;
+    cfg.piece_elems = piece;
+    cfg.fifo_slots = slots;
+    cfg.max_reports = 16;
+    return cfg;
+}
+
+static uint64_t clamp_chunk(uint64_t chunk, uint64_t piece, uint32_t slots, uint64_t align)
+{
+    const uint64_t half = (uint64_t)(slots / 2) * piece;
+    if (chunk > half)
+        chunk = half;
+    chunk = chunk / align * align;
+    return chunk > align ? chunk : align;
+}
+
+static struct plait_verify_result run(const struct plait_verify_config *cfg)
+{
+    struct plait_verify_result r;
+    plait_result_t res = plait_sched_verify(cfg, &r);
+    cr_assert_eq(res, PLAIT_SUCCESS, "plait_sched_verify failed: %s", plait_last_error_get());
+    return r;
+}
+
+static void dump(const struct plait_verify_result *r)
+{
+    for (size_t i = 0; i < r->nfindings; i++)
+        cr_log_info("[%s] %s", plait_verify_kind_name(r->findings[i].kind), r->findings[i].text);
+}
+
+/* Whether some stored finding of `kind` contains `needle`. */
+static int has_finding(const struct plait_verify_result *r, int kind, const char *needle)
+{
+    for (size_t i = 0; i < r->nfindings; i++)
+        if (r->findings[i].kind == kind && strstr(r->findings[i].text, needle))
+            return 1;
+    return 0;
+}
+
+static const char *coll_str(int coll)
+{
+    switch (coll) {
+    case PLAIT_COLL_ALLREDUCE:
+        return "allreduce";
+    case PLAIT_COLL_REDUCESCATTER:
+        return "reducescatter";
+    case PLAIT_COLL_ALLGATHER:
+        return "allgather";
+    case PLAIT_COLL_BROADCAST:
+        return "broadcast";
+    case PLAIT_COLL_REDUCE:
+        return "reduce";
+    default:
+        return "barrier";
+    }
+}
+
+static void expect_ok(const struct plait_verify_config *cfg)
+{
+    struct plait_verify_result r = run(cfg);
+    if (!r.is_ok)
+        dump(&r);
+    cr_expect(r.is_ok,
+              "ring %s, %d ranks, count %" PRIu64 ", %d channels, piece %" PRIu64 ", %u slots, chunk %" PRIu64
+              ", root %d, in place %d: %" PRIu64 " findings",
+              coll_str(cfg->args.coll), cfg->args.nranks, cfg->args.count, cfg->args.nchannels, cfg->piece_elems,
+              cfg->fifo_slots, cfg->args.chunk_elems, cfg->args.root, cfg->is_inplace, r.total);
+    plait_verify_result_free(&r);
+}
+
+static const int all_colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_REDUCESCATTER, PLAIT_COLL_ALLGATHER,
+                                PLAIT_COLL_BROADCAST, PLAIT_COLL_REDUCE, PLAIT_COLL_BARRIER};
+
+/* ---------------------------------------------------------------- the ring is right */
+
+Test(verify, ring_every_collective_many_ranks)
+{
+    static const int ranks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 64};
+    static const uint64_t counts[] = {0, 1, 7, 100, 1000, 4099};
+    for (size_t ci = 0; ci < sizeof(all_colls) / sizeof(all_colls[0]); ci++)
+        for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++)
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                const int n = ranks[ri];
+                /* 4-byte elements, 64-byte slots (16 elements), 4 slots, the
+                 * library's clamp: chunk = half the FIFO */
+                struct plait_verify_config cfg =
+                    config(plait_ring_step, all_colls[ci], n, counts[k], 2, 16, 4, clamp_chunk(1 << 20, 16, 4, 4), 4);
+                cfg.args.root = (int)(k * 5) % n;
+                expect_ok(&cfg);
+            }
+}
+
+Test(verify, ring_chunkings_and_in_place)
+{
+    /* {slots, piece, chunk before the clamp, type bytes, channels} */
+    static const struct {
+        uint32_t slots;
+        uint64_t piece, chunk;
+        int tb, nch;
+    } shapes[] = {
+        {2, 32, 1 << 20, 2, 1},  /* 2 slots: chunk = one piece */
+        {8, 16, 48, 4, 3},       /* piece < chunk < half the FIFO */
+        {8, 64, 1 << 20, 1, 2},  /* chunk = half the FIFO, 4 pieces */
+        {3, 8, 1 << 20, 8, 2},   /* an odd FIFO depth */
+        {4, 24, 40, 4, 1},       /* chunk not a multiple of the piece */
+    };
+    static const int ranks[] = {1, 2, 3, 5, 8, 13};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (size_t ci = 0; ci < sizeof(all_colls) / sizeof(all_colls[0]); ci++)
+            for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    const uint64_t align = 16 / (uint64_t)shapes[s].tb;
+                    struct plait_verify_config cfg =
+                        config(plait_ring_step, all_colls[ci], ranks[ri], 5003, shapes[s].nch, shapes[s].piece,
+                               shapes[s].slots, clamp_chunk(shapes[s].chunk, shapes[s].piece, shapes[s].slots, align),
+                               shapes[s].tb);
+                    cfg.args.root = ranks[ri] - 1;
+                    cfg.is_inplace = inplace;
+                    expect_ok(&cfg);
+                }
+}
+
+Test(verify, ring_large_rank_counts)
+{
+    for (size_t ci = 0; ci < sizeof(all_colls) / sizeof(all_colls[0]); ci++) {
+        struct plait_verify_config cfg = config(plait_ring_step, all_colls[ci], 1024, 7, 1, 16, 4, 32, 4);
+        cfg.args.root = 1000;
+        expect_ok(&cfg);
+        cfg = config(plait_ring_step, all_colls[ci], 96, 1000003, 2, 2048, 4, 4096, 4);
+        cfg.args.root = 95;
+        expect_ok(&cfg);
+    }
+}
+
+/* The cost follows the steps, not the elements: 2^32+5 elements with pieces
+ * scaled to match take exactly the steps that 7 elements take. */
+Test(verify, cost_does_not_grow_with_count)
+{
+    const uint64_t big = (1ull << 32) + 5;
+    for (size_t ci = 0; ci < 5; ci++) {
+        const int n = 64;
+        struct plait_verify_config small = config(plait_ring_step, all_colls[ci], n, 7, 1, 16, 4, 32, 4);
+        /* one iteration either way: the chunk covers the whole range */
+        const uint64_t piece = (big + 1) / 2 / 4 * 4 + 4;
+        struct plait_verify_config large = config(plait_ring_step, all_colls[ci], n, big, 1, piece, 4, 2 * piece, 4);
+        struct plait_verify_result rs = run(&small), rl = run(&large);
+        cr_expect(rs.is_ok && rl.is_ok, "%s: small ok %d, large ok %d", coll_str(all_colls[ci]), rs.is_ok, rl.is_ok);
+        cr_expect_eq(rs.steps, rl.steps, "%s: %" PRIu64 " steps for 7 elements, %" PRIu64 " for 2^32+5",
+                     coll_str(all_colls[ci]), rs.steps, rl.steps);
+        cr_expect_leq(rl.batches, 2 * rl.steps + 1, "%s: %" PRIu64 " batches for %" PRIu64 " steps",
+                      coll_str(all_colls[ci]), rl.batches, rl.steps);
+        plait_verify_result_free(&rs);
+        plait_verify_result_free(&rl);
+    }
+}
+
+/* ---------------------------------------------------------------- broken generators */
+
+/* Ring allreduce in which rank 1 forwards what it receives at step 1 of every
+ * iteration without adding its own input: its contribution to that chunk is
+ * lost. */
+static int ring_skip_reduce(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 1 && idx % (2 * (uint64_t)a->nranks - 1) == 1 && out->kind == PLAIT_STEP_RECV_REDUCE_SEND) {
+        out->kind = PLAIT_STEP_RECV_COPY_SEND;
+        out->dst_buf = PLAIT_BUF_SCRATCH;
+        out->flags = 0;
+    }
+    return 1;
+}
+
+Test(verify, missing_contribution_reported)
+{
+    struct plait_verify_config cfg = config(ring_skip_reduce, PLAIT_COLL_ALLREDUCE, 4, 1000, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_gt(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "missing the contribution of rank 1"));
+    /* nothing else is wrong: no deadlock, nothing left over */
+    cr_expect_eq(r.total, r.counts[PLAIT_VERIFY_WRONG_OUTPUT]);
+    plait_verify_result_free(&r);
+}
+
+/* One rank: the input is copied with the pre-op, then the pre-op and the
+ * post-op are applied again in place: pre twice. */
+static int pre_twice(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (channel > 0 || idx > 1)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_COPY;
+    out->src_buf = idx == 0 ? PLAIT_BUF_INPUT : PLAIT_BUF_OUTPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->flags = idx == 0 ? PLAIT_STEP_PRE : PLAIT_STEP_PRE | PLAIT_STEP_POST;
+    out->count = a->count;
+    return 1;
+}
+
+Test(verify, pre_applied_twice_reported)
+{
+    struct plait_verify_config cfg = config(pre_twice, PLAIT_COLL_ALLREDUCE, 1, 100, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "pre-op applied 2 times to rank 0's contribution"));
+    plait_verify_result_free(&r);
+}
+
+/* Two ranks, hand-written: rank 1 adds its input to rank 0's and sends the sum
+ * back; rank 0 adds (with the pre-op) its own input again, finalises and
+ * returns the result: rank 0 is counted twice. */
+static int dup_contribution(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (channel > 0 || idx > 1)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->count = a->count;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->send_peer = out->recv_peer = 1 - a->rank;
+    if (a->rank == 0) {
+        out->kind = idx == 0 ? PLAIT_STEP_SEND : PLAIT_STEP_RECV_REDUCE_COPY_SEND;
+        out->flags = idx == 0 ? PLAIT_STEP_PRE : PLAIT_STEP_PRE | PLAIT_STEP_POST;
+    } else {
+        out->kind = idx == 0 ? PLAIT_STEP_RECV_REDUCE_SEND : PLAIT_STEP_RECV;
+        out->flags = idx == 0 ? PLAIT_STEP_PRE : 0;
+    }
+    return 1;
+}
+
+Test(verify, duplicated_contribution_reported)
+{
+    struct plait_verify_config cfg = config(dup_contribution, PLAIT_COLL_ALLREDUCE, 2, 40, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 2); /* both ranks' outputs */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "duplicated contribution of rank 0"));
+    plait_verify_result_free(&r);
+}
+
+/* The real bug: a chunk as large as the whole FIFO on two ranks. Every rank
+ * fills its neighbour's FIFO at step 0, then holds a received piece while it
+ * waits for credit from the neighbour, which does the same. */
+Test(verify, chunk_equal_to_fifo_deadlocks_by_credit)
+{
+    const uint64_t piece = 16;
+    const uint32_t slots = 4;
+    struct plait_verify_config cfg =
+        config(plait_ring_step, PLAIT_COLL_ALLREDUCE, 2, 1000, 1, piece, slots, piece * slots, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_CREDIT_DEADLOCK], 2, "both ranks wait for credit from each other");
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_SEND], 0);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0, "a run that did not finish has no output to check");
+    cr_expect(has_finding(&r, PLAIT_VERIFY_CREDIT_DEADLOCK, "waits for credit from rank 1"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_CREDIT_DEADLOCK, "credit exhaustion"));
+    cr_expect_eq(r.stuck_tasks, 2);
+    plait_verify_result_free(&r);
+
+    /* the fix (the chunk clamped to half the FIFO) */
+    cfg.args.chunk_elems = clamp_chunk(piece * slots, piece, slots, 4);
+    expect_ok(&cfg);
+}
+
+/* Broadcast whose root never sends: its first successor waits for data that
+ * never comes (the root finished), the others wait behind it. */
+static int root_never_sends(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (a->rank != a->root)
+        return plait_ring_step(a, channel, idx, out);
+    /* only the root's local copies (every second step of its schedule) */
+    return plait_ring_step(a, channel, 2 * idx + 1, out);
+}
+
+Test(verify, receive_without_send_reported)
+{
+    struct plait_verify_config cfg = config(root_never_sends, PLAIT_COLL_BROADCAST, 5, 1000, 1, 16, 4, 32, 4);
+    cfg.args.root = 2;
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_SEND], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_SEND, "rank 3 channel 0 step 0"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_SEND, "rank 2 finished its schedule"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BLOCKED_BEHIND], 3, "ranks 4, 0 and 1 wait behind rank 3");
+    cr_expect_eq(r.counts[PLAIT_VERIFY_CREDIT_DEADLOCK] + r.counts[PLAIT_VERIFY_CIRCULAR_WAIT], 0);
+    plait_verify_result_free(&r);
+}
+
+/* Two ranks: rank 0 waits on rank 1, which still has steps but none of them
+ * sends to rank 0 (it only sends the other way and then stops). */
+static int never_sends_back(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (channel > 0)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->count = 16;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->send_peer = out->recv_peer = 1 - a->rank;
+    if (a->rank == 0) {
+        if (idx > 0)
+            return 0;
+        out->kind = PLAIT_STEP_RECV;
+        return 1;
+    }
+    /* rank 1 waits for rank 0 first (a receive rank 0 never matches either) */
+    if (idx > 1)
+        return 0;
+    out->kind = idx == 0 ? PLAIT_STEP_RECV : PLAIT_STEP_SEND;
+    return 1;
+}
+
+Test(verify, receive_from_a_rank_that_never_sends_reported)
+{
+    struct plait_verify_config cfg = config(never_sends_back, PLAIT_COLL_BROADCAST, 2, 16, 1, 16, 4, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    /* rank 1 waits for rank 0, which is not finished but will never send: the
+     * cause; rank 0 waits for rank 1's later send: stuck behind it */
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_SEND], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_SEND, "rank 0 never sends to it again"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BLOCKED_BEHIND], 1);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_CREDIT_DEADLOCK] + r.counts[PLAIT_VERIFY_CIRCULAR_WAIT], 0);
+    plait_verify_result_free(&r);
+}
+
+/* Broadcast whose root sends each chunk as two half-chunk steps: the pieces
+ * are cut differently on the two ends (P, P/2, P, P/2 against P, P, P). */
+static int split_sends(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (a->rank != a->root)
+        return plait_ring_step(a, channel, idx, out);
+    /* the root's schedule is (SEND, COPY) per chunk; make it (SEND, SEND, COPY) */
+    if (!plait_ring_step(a, channel, idx / 3 * 2 + (idx % 3 == 2), out))
+        return 0;
+    if (out->kind == PLAIT_STEP_SEND) {
+        const uint64_t half = out->count / 2;
+        if (idx % 3 == 0) {
+            out->count = half;
+        } else {
+            out->src_off += half;
+            out->count -= half;
+        }
+    }
+    return 1;
+}
+
+Test(verify, piece_mismatch_reported)
+{
+    /* chunk = 3 pieces of 16: the root sends 24 + 24 elements as 16, 8, 16, 8 */
+    struct plait_verify_config cfg = config(split_sends, PLAIT_COLL_BROADCAST, 3, 480, 1, 16, 8, 48, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_MISMATCH], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_MISMATCH, "should hold 16 elements but rank 0 sent 8"));
+    /* everything after the failed receive is stuck behind it */
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0);
+    plait_verify_result_free(&r);
+}
+
+/* Ring allreduce in which rank 0 sends from SCRATCH at step 0, before anything
+ * wrote it. */
+static int reads_scratch_first(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 0 && idx == 0)
+        out->src_buf = PLAIT_BUF_SCRATCH;
+    return 1;
+}
+
+Test(verify, scratch_read_before_write_reported)
+{
+    struct plait_verify_config cfg = config(reads_scratch_first, PLAIT_COLL_ALLREDUCE, 3, 96, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_UNWRITTEN_READ], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_UNWRITTEN_READ, "rank 0 channel 0 step 0 (SEND): reads SCRATCH["));
+    /* the garbage reaches the chunk's final value on every rank */
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 3);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "read before anything wrote it"));
+    plait_verify_result_free(&r);
+}
+
+/* An OUTPUT used as a source before it was written is the same mistake. */
+static int reads_output_first(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 1 && out->kind == PLAIT_STEP_RECV_REDUCE_SEND)
+        out->src_buf = PLAIT_BUF_OUTPUT;
+    return 1;
+}
+
+Test(verify, output_read_before_write_reported)
+{
+    struct plait_verify_config cfg = config(reads_output_first, PLAIT_COLL_ALLREDUCE, 4, 128, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_gt(r.counts[PLAIT_VERIFY_UNWRITTEN_READ], 0);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_UNWRITTEN_READ, "reads OUTPUT["));
+    plait_verify_result_free(&r);
+}
+
+/* Peers equal to self and out of range. */
+static int bad_peers(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 0 && idx == 0)
+        out->send_peer = 0;
+    if (a->rank == 2 && idx == 1)
+        out->recv_peer = a->nranks;
+    return 1;
+}
+
+Test(verify, bad_peers_reported)
+{
+    struct plait_verify_config cfg = config(bad_peers, PLAIT_COLL_ALLREDUCE, 4, 1000, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BAD_PEER], 2);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_PEER, "send_peer 0 is the rank itself"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_PEER, "recv_peer 4 is out of range"));
+    plait_verify_result_free(&r);
+}
+
+/* A peer the communicator has no connection to: the ring's connections are the
+ * neighbours only. */
+static int ring_neighbours(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)radix;
+    int cnt = 0;
+    if (nranks > 1 && cnt < max)
+        out[cnt++] = (rank + 1) % nranks;
+    if (nranks > 2 && cnt < max)
+        out[cnt++] = (rank + nranks - 1) % nranks;
+    return cnt;
+}
+
+static int skips_a_rank(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 0 && out->kind == PLAIT_STEP_SEND)
+        out->send_peer = 2;
+    return 1;
+}
+
+Test(verify, unconnected_peer_reported)
+{
+    struct plait_verify_config cfg = config(skips_a_rank, PLAIT_COLL_ALLREDUCE, 5, 1000, 1, 16, 4, 32, 4);
+    cfg.peers = ring_neighbours;
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BAD_PEER], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_PEER, "send_peer 2 is not connected"));
+    plait_verify_result_free(&r);
+    cfg.gen = plait_ring_step;
+    expect_ok(&cfg);
+}
+
+/* Rank 0 sends one piece nobody receives. */
+static int stray_send(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (plait_ring_step(a, channel, idx, out))
+        return 1;
+    if (a->rank != 0 || channel != 0)
+        return 0;
+    /* one step past the end of rank 0's ring schedule */
+    struct plait_step probe;
+    if (idx == 0 || !plait_ring_step(a, channel, idx - 1, &probe))
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_SEND;
+    out->send_peer = 1;
+    out->count = 5;
+    return 1;
+}
+
+Test(verify, leftover_message_reported)
+{
+    struct plait_verify_config cfg = config(stray_send, PLAIT_COLL_ALLGATHER, 3, 40, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_LEFTOVER], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_LEFTOVER, "rank 0 -> rank 1 channel 0: 1 piece (5 elements)"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0, "the outputs themselves are right");
+    plait_verify_result_free(&r);
+}
+
+/* Allgather whose receives land one block off on rank 2. */
+static int wrong_block(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!plait_ring_step(a, channel, idx, out))
+        return 0;
+    if (a->rank == 2 && out->kind == PLAIT_STEP_RECV)
+        out->dst_off = (out->dst_off + a->count) % ((uint64_t)a->nranks * a->count);
+    return 1;
+}
+
+Test(verify, wrong_placement_reported)
+{
+    struct plait_verify_config cfg = config(wrong_block, PLAIT_COLL_ALLGATHER, 4, 64, 1, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 2 OUTPUT["));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "never written") ||
+              has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "instead of rank"));
+    plait_verify_result_free(&r);
+}
+
+/* Two channels writing the same output range. */
+static int channels_overlap(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    struct plait_sched_args one = *a;
+    (void)channel;
+    one.nchannels = 1; /* every channel walks the whole range, as channel 0 of 1 */
+    return plait_ring_step(&one, 0, idx, out);
+}
+
+Test(verify, cross_channel_race_reported)
+{
+    struct plait_verify_config cfg = config(channels_overlap, PLAIT_COLL_BROADCAST, 3, 100, 2, 16, 4, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_gt(r.counts[PLAIT_VERIFY_RACE], 0);
+    plait_verify_result_free(&r);
+}
+
+Test(verify, bad_config_rejected)
+{
+    struct plait_verify_result r;
+    struct plait_verify_config cfg = config(plait_ring_step, PLAIT_COLL_ALLREDUCE, 4, 100, 1, 16, 4, 32, 4);
+    cfg.piece_elems = 0;
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+    cfg = config(plait_ring_step, PLAIT_COLL_ALLTOALL, 4, 100, 1, 16, 4, 32, 4);
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+    cfg = config(plait_ring_step, PLAIT_COLL_REDUCE, 4, 100, 1, 16, 4, 32, 4);
+    cfg.args.root = 4;
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+    cfg = config(NULL, PLAIT_COLL_REDUCE, 4, 100, 1, 16, 4, 32, 4);
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+}
+
+/* An endless generator stops at max_steps instead of hanging. */
+static int endless(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    (void)a;
+    (void)channel;
+    (void)idx;
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_COPY;
+    return 1;
+}
+
+Test(verify, endless_schedule_stops)
+{
+    struct plait_verify_config cfg = config(endless, PLAIT_COLL_ALLREDUCE, 2, 100, 1, 16, 4, 32, 4);
+    cfg.max_steps = 10000;
+    struct plait_verify_result r = run(&cfg);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_LIMIT], 1);
+    cr_expect_eq(r.steps, 10000);
+    plait_verify_result_free(&r);
+}
+
+/* Direct allreduce on 3 ranks: every rank sends its input to both others and
+ * adds what it receives to its own, in arrival order, so rank r computes
+ * (x_r + x_{r-1}) + x_{r-2}. Every result holds every input once, but the
+ * association differs from rank to rank: the ranks may not get the same bits. */
+static int direct_allreduce(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    const int n = a->nranks, r = a->rank;
+    if (channel > 0 || idx > 3)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->count = a->count;
+    out->src_buf = idx == 3 ? PLAIT_BUF_OUTPUT : PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    switch (idx) {
+    case 0:
+    case 1:
+        out->kind = PLAIT_STEP_SEND;
+        out->flags = PLAIT_STEP_PRE;
+        out->send_peer = (r + 1 + (int)idx) % n;
+        break;
+    case 2:
+        out->kind = PLAIT_STEP_RECV_REDUCE_COPY;
+        out->flags = PLAIT_STEP_PRE;
+        out->recv_peer = (r + n - 1) % n;
+        break;
+    default:
+        out->kind = PLAIT_STEP_RECV_REDUCE_COPY;
+        out->flags = PLAIT_STEP_POST;
+        out->recv_peer = (r + n - 2) % n;
+        break;
+    }
+    return 1;
+}
+
+Test(verify, different_reduction_orders_reported)
+{
+    struct plait_verify_config cfg = config(direct_allreduce, PLAIT_COLL_ALLREDUCE, 3, 100, 1, 16, 8, 32, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0, "each result holds every input once");
+    cr_expect_eq(r.counts[PLAIT_VERIFY_DIVERGENT], 2, "ranks 1 and 2 associate differently from rank 0");
+    cr_expect(has_finding(&r, PLAIT_VERIFY_DIVERGENT, "rank 1 OUTPUT[0, 100): reduced in another order"));
+    plait_verify_result_free(&r);
+}
