@@ -20,6 +20,12 @@ static int tree_supports(int coll, int nranks)
     return coll == PLAIT_COLL_BROADCAST;
 }
 
+static int bruck_supports(int coll, int nranks)
+{
+    (void)nranks;
+    return coll == PLAIT_COLL_ALLGATHER;
+}
+
 static int ring_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
@@ -54,6 +60,8 @@ const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT] = {
                          .peers = ring_peers},
     [PLAIT_ALGO_TREE] = {.id = PLAIT_ALGO_TREE, .name = "tree", .supports = tree_supports,
                          .step = plait_knomial_step, .peers = plait_knomial_peers},
+    [PLAIT_ALGO_BRUCK] = {.id = PLAIT_ALGO_BRUCK, .name = "bruck", .supports = bruck_supports,
+                          .step = plait_bruck_step, .peers = plait_bruck_peers},
 };
 
 static const char *const coll_names[PLAIT_COLL_COUNT] = {

@@ -9,7 +9,7 @@
 #include "plait.h"
 #include "schedule.h"
 
-enum plait_algo_id { PLAIT_ALGO_AUTO = 0, PLAIT_ALGO_RING = 1, PLAIT_ALGO_TREE = 2, PLAIT_ALGO_COUNT };
+enum plait_algo_id { PLAIT_ALGO_AUTO = 0, PLAIT_ALGO_RING = 1, PLAIT_ALGO_TREE = 2, PLAIT_ALGO_BRUCK = 3, PLAIT_ALGO_COUNT };
 
 struct plait_algorithm {
     int id;

@@ -38,6 +38,12 @@ enum plait_step_kind {
     PLAIT_STEP_RECV_REDUCE_COPY_SEND, /* src OP recv -> dst and send_peer */
     PLAIT_STEP_RECV_COPY_SEND,     /* recv -> dst and send_peer */
     PLAIT_STEP_COPY,               /* src -> dst, locally */
+    /* src -> send_peer and, independently, recv_peer -> dst: both halves move
+     * `count` elements, each piece of a half as soon as that half can (a credit
+     * for the send, a filled slot for the receive); the step ends when both
+     * have. The data sent does not depend on the data received (exchanges:
+     * Bruck, recursive doubling). */
+    PLAIT_STEP_SENDRECV,
     PLAIT_STEP_KINDS
 };
 
@@ -103,6 +109,10 @@ int plait_ring_step(const struct plait_sched_args *args, int channel, uint64_t i
 
 /* k-nomial tree broadcast (algorithms/tree.c). */
 int plait_knomial_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+
+/* Bruck allgather (algorithms/bruck.c) and its peers (rank +- 2^k). */
+int plait_bruck_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_bruck_peers(int nranks, int rank, int radix, int *out, int max);
 
 /* The ranks `rank` exchanges with in any k-nomial tree over nranks ranks, for
  * any root; writes at most max of them and returns how many. */

@@ -23,7 +23,11 @@
  * step at once as the FIFOs allow (a batch), so the work is proportional to the
  * number of steps and batches, not of pieces or elements. FIFOs hold their
  * content in stream coordinates (elements pushed so far) and the sizes of their
- * pieces as runs, so a batch is a few interval operations. */
+ * pieces as runs, so a batch is a few interval operations. A SENDRECV step
+ * keeps a count per half (done: sent, rdone: received) and moves a batch of
+ * either half whenever that half can; a task stuck in one waits for data,
+ * credit or both (a bit set), and the deadlock analysis works on the graph of
+ * those waits (strongly connected components: circular waits). */
 #include "verify.h"
 
 #include <inttypes.h>
@@ -94,14 +98,17 @@ struct fifo {
 };
 
 enum { T_READY = 0, T_BLOCKED, T_DONE, T_FAILED };
-enum { W_NONE = 0, W_DATA, W_CREDIT };
+/* What a blocked task waits for: a bit set (a SENDRECV step may wait for
+ * both, one per half). */
+enum { W_NONE = 0, W_DATA = 1, W_CREDIT = 2 };
 /* per-step "already reported" bits, so one step reports one thing once */
 enum { R_UNWRITTEN = 1, R_BOUNDS = 2, R_RACE = 4 };
 
 struct task {
     struct plait_step st;
     uint64_t idx;   /* index of st */
-    uint64_t done;  /* elements of st already moved */
+    uint64_t done;  /* elements of st already moved (SENDRECV: sent) */
+    uint64_t rdone; /* SENDRECV: elements of st already received */
     uint32_t fin;   /* FIFO st receives from, or NO_FIFO */
     uint32_t fout;  /* FIFO st sends into, or NO_FIFO */
     int32_t ok_send, ok_recv; /* last peers found connected (cache) */
@@ -194,6 +201,7 @@ const char *plait_step_kind_name(int kind)
 {
     static const char *const names[PLAIT_STEP_KINDS] = {
         "SEND", "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "COPY",
+        "SENDRECV",
     };
     return kind >= 0 && kind < PLAIT_STEP_KINDS ? names[kind] : "invalid";
 }
@@ -212,19 +220,19 @@ static int step_recvs(int kind)
 static int step_sends(int kind)
 {
     return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_SENDRECV;
 }
 
 static int step_reads_src(int kind)
 {
     return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY;
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_SENDRECV;
 }
 
 static int step_writes_dst(int kind)
 {
     return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY;
+           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_SENDRECV;
 }
 
 static uint64_t umin(uint64_t a, uint64_t b)
@@ -989,7 +997,12 @@ static int step_check(struct vctx *c, struct task *t)
                st->src_buf, st->dst_buf);
         return 0;
     }
-    if (st->flags & ~(unsigned)(PLAIT_STEP_PRE | PLAIT_STEP_POST))
+    if (st->kind == PLAIT_STEP_SENDRECV && st->flags)
+        report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
+               "rank %d channel %d step %" PRIu64 " (%s): flags 0x%x (a SENDRECV moves data unchanged: it takes no "
+               "PRE or POST)",
+               rank, ch, t->idx, kind, st->flags);
+    else if (st->flags & ~(unsigned)(PLAIT_STEP_PRE | PLAIT_STEP_POST))
         report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
                "rank %d channel %d step %" PRIu64 " (%s): unknown flags 0x%x", rank, ch, t->idx, kind, st->flags);
     if ((reads && st->src_off > UINT64_MAX - st->count) || (writes && st->dst_off > UINT64_MAX - st->count)) {
@@ -1006,7 +1019,17 @@ static int step_check(struct vctx *c, struct task *t)
         uint64_t as, ad;
         int ss = resolve(c, rank, st->src_buf, &as), sd = resolve(c, rank, st->dst_buf, &ad);
         uint64_t s0 = st->src_off + as, d0 = st->dst_off + ad;
-        if (ss == sd && s0 != d0 && s0 < d0 + st->count && d0 < s0 + st->count)
+        if (st->kind == PLAIT_STEP_SENDRECV) {
+            /* its halves run concurrently: what is sent must not be what is
+             * being received, not even in place */
+            if (ss == sd && s0 < d0 + st->count && d0 < s0 + st->count)
+                report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
+                       "rank %d channel %d step %" PRIu64 " (%s): %s[%" PRIu64 ", +%" PRIu64 ") and %s[%" PRIu64
+                       ", +%" PRIu64 ") overlap (the receive half would overwrite what the send half has yet to "
+                       "send: the data sent would depend on the timing)",
+                       rank, ch, t->idx, kind, buf_name(st->src_buf), st->src_off, st->count,
+                       buf_name(st->dst_buf), st->dst_off, st->count);
+        } else if (ss == sd && s0 != d0 && s0 < d0 + st->count && d0 < s0 + st->count)
             report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
                    "rank %d channel %d step %" PRIu64 " (%s): %s[%" PRIu64 ", +%" PRIu64 ") and %s[%" PRIu64
                    ", +%" PRIu64 ") overlap partially (the executor allows only dst == src exactly)",
@@ -1105,6 +1128,97 @@ static void step_move(struct vctx *c, struct task *t, uint64_t len, uint64_t nfu
         fifo_push(c, &c->fifos[t->fout], out, len, nfull, last, t->idx, st->kind);
 }
 
+/* Cuts a batch of received pieces (*len elements: *nfull pieces of P, then
+ * one of *last) down to the prefix whose sizes match what the sender's pieces
+ * hold. At the first piece that differs (the executor's "mismatched
+ * operations"), reports it, fails the task and returns 0. `done`: elements of
+ * the step received before this batch. */
+static int match_prefix(struct vctx *c, struct task *t, const struct fifo *fin, uint64_t done, uint64_t *len,
+                        uint64_t *nfull, uint64_t *last)
+{
+    const struct plait_step *st = &t->st;
+    const int rank = task_rank(c, t), ch = task_ch(c, t);
+    uint64_t want = 0, got = 0;
+    const struct grp *g = NULL;
+    const uint64_t m = fifo_match(c, fin, *nfull, *last, &want, &got, &g);
+    if (m == 0) {
+        report(c, PLAIT_VERIFY_MISMATCH, rank, ch, t->idx,
+               "rank %d channel %d step %" PRIu64 " (%s, count %" PRIu64 "): piece %" PRIu64 " should hold %" PRIu64
+               " elements but rank %d sent %" PRIu64 " (its step %" PRIu64 ", %s): the two ends cut the data "
+               "differently",
+               rank, ch, t->idx, plait_step_kind_name(st->kind), st->count, done / c->P, want, st->recv_peer, got,
+               g->step, plait_step_kind_name(g->kind));
+        t->state = T_FAILED;
+        return 0;
+    }
+    if (m < *nfull + (*last ? 1 : 0)) { /* the matching prefix is all full pieces */
+        *len = m * c->P;
+        *nfull = m;
+        *last = 0;
+    }
+    return 1;
+}
+
+/* The next batch of a half with `rem` elements left, of at most `room`
+ * pieces: *len elements, *nfull pieces of P, then one of *last. */
+static void cut_batch(const struct vctx *c, uint64_t rem, uint64_t room, uint64_t *len, uint64_t *nfull,
+                      uint64_t *last)
+{
+    const uint64_t prem = rem / c->P + (rem % c->P ? 1 : 0);
+    *len = room >= prem ? rem : room * c->P;
+    *nfull = *len / c->P;
+    *last = *len % c->P;
+}
+
+/* Advances a SENDRECV step as far as it goes now: its send half moves as many
+ * pieces as there is credit towards send_peer, reading src as it stands when
+ * they go; its receive half as many as recv_peer has filled, writing dst.
+ * Neither waits for the other. Returns 1 when both halves are complete, 0
+ * when the task must wait (t->wait says for what), -1 when it failed. */
+static int sendrecv_run(struct vctx *c, struct task *t)
+{
+    const struct plait_step *st = &t->st;
+    for (;;) {
+        int moved = 0;
+        if (t->done < st->count) {
+            struct fifo *fout = &c->fifos[t->fout];
+            if (fout->pieces < c->S) {
+                uint64_t len, nfull, last;
+                cut_batch(c, st->count - t->done, c->S - fout->pieces, &len, &nfull, &last);
+                buf_read(c, t, st->src_buf, st->src_off + t->done, len, &c->la);
+                fifo_push(c, &c->fifos[t->fout], &c->la, len, nfull, last, t->idx, st->kind);
+                t->done += len;
+                c->res->batches++;
+                wake(c, st->send_peer, task_ch(c, t)); /* data for it */
+                moved = 1;
+            }
+        }
+        if (t->rdone < st->count) {
+            struct fifo *fin = &c->fifos[t->fin];
+            if (fin->pieces) {
+                uint64_t len, nfull, last;
+                cut_batch(c, st->count - t->rdone, fin->pieces, &len, &nfull, &last);
+                if (!match_prefix(c, t, fin, t->rdone, &len, &nfull, &last))
+                    return -1;
+                fifo_pop(c, fin, len, nfull + (last ? 1 : 0), &c->lb);
+                buf_write(c, t, st->dst_buf, st->dst_off + t->rdone, len, &c->lb);
+                t->rdone += len;
+                c->res->batches++;
+                wake(c, st->recv_peer, task_ch(c, t)); /* credit for it */
+                moved = 1;
+            }
+        }
+        if (c->oom)
+            return -1;
+        if (t->done >= st->count && t->rdone >= st->count)
+            return 1;
+        if (!moved) {
+            t->wait = (uint8_t)((t->done < st->count ? W_CREDIT : 0) | (t->rdone < st->count ? W_DATA : 0));
+            return 0;
+        }
+    }
+}
+
 /* Runs a task until it waits, finishes or fails. */
 static void task_run(struct vctx *c, struct task *t)
 {
@@ -1128,6 +1242,7 @@ static void task_run(struct vctx *c, struct task *t)
             c->res->steps++;
             t->has_step = 1;
             t->done = 0;
+            t->rdone = 0;
             t->reported = 0;
             if (!step_check(c, t)) {
                 t->state = T_FAILED;
@@ -1137,6 +1252,18 @@ static void task_run(struct vctx *c, struct task *t)
         const struct plait_step *st = &t->st;
         if (st->kind == PLAIT_STEP_COPY) {
             step_copy(c, t);
+            t->has_step = 0;
+            t->idx++;
+            continue;
+        }
+        if (st->kind == PLAIT_STEP_SENDRECV && st->count) {
+            const int r = sendrecv_run(c, t);
+            if (r < 0) /* failed (a mismatch, reported) or out of memory */
+                return;
+            if (r == 0) {
+                t->state = T_BLOCKED;
+                return;
+            }
             t->has_step = 0;
             t->idx++;
             continue;
@@ -1170,26 +1297,8 @@ static void task_run(struct vctx *c, struct task *t)
         }
         uint64_t len = k == prem ? rem : k * c->P;
         uint64_t nfull = len / c->P, last = len % c->P;
-        if (fin) {
-            uint64_t want = 0, got = 0;
-            const struct grp *g = NULL;
-            uint64_t m = fifo_match(c, fin, nfull, last, &want, &got, &g);
-            if (m == 0) {
-                report(c, PLAIT_VERIFY_MISMATCH, rank, ch, t->idx,
-                       "rank %d channel %d step %" PRIu64 " (%s, count %" PRIu64 "): piece %" PRIu64
-                       " should hold %" PRIu64 " elements but rank %d sent %" PRIu64 " (its step %" PRIu64
-                       ", %s): the two ends cut the data differently",
-                       rank, ch, t->idx, plait_step_kind_name(st->kind), st->count, t->done / c->P, want,
-                       st->recv_peer, got, g->step, plait_step_kind_name(g->kind));
-                t->state = T_FAILED;
-                return;
-            }
-            if (m < nfull + (last ? 1 : 0)) { /* the matching prefix is all full pieces */
-                len = m * c->P;
-                nfull = m;
-                last = 0;
-            }
-        }
+        if (fin && !match_prefix(c, t, fin, t->done, &len, &nfull, &last))
+            return;
         step_move(c, t, len, nfull, last);
         t->done += len;
         c->res->batches++;
@@ -1545,11 +1654,22 @@ static int step_serves(const struct plait_step *st, int target, int is_send)
                    : step_recvs(st->kind) && st->recv_peer == target;
 }
 
+/* Whether the half of p's current step that sends (is_send) or receives still
+ * has elements to move. */
+static int half_pending(const struct task *p, int is_send)
+{
+    if (!p->has_step)
+        return 0;
+    if (p->st.kind == PLAIT_STEP_SENDRECV && !is_send)
+        return p->rdone < p->st.count;
+    return p->done < p->st.count;
+}
+
 /* Whether task p, from where it stands, will ever send to (is_send) or receive
  * from `target` on its channel. Unknown (a very long schedule) counts as yes. */
 static int will_serve(struct vctx *c, const struct task *p, int target, int is_send)
 {
-    if (p->has_step && p->done < p->st.count && step_serves(&p->st, target, is_send))
+    if (half_pending(p, is_send) && step_serves(&p->st, target, is_send))
         return 1;
     struct plait_step st;
     c->args.rank = task_rank(c, p);
@@ -1567,146 +1687,275 @@ enum { C_NONE = 0, C_NO_SEND, C_NO_RECV, C_PEER_FAILED };
 
 static void task_where(const struct vctx *c, const struct task *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "rank %d channel %d step %" PRIu64 " (%s, %" PRIu64 " of %" PRIu64 " elements done)",
-             task_rank(c, t), task_ch(c, t), t->idx, plait_step_kind_name(t->st.kind), t->done, t->st.count);
+    if (t->st.kind == PLAIT_STEP_SENDRECV)
+        snprintf(buf, len,
+                 "rank %d channel %d step %" PRIu64 " (SENDRECV, %" PRIu64 " of %" PRIu64 " elements sent, %" PRIu64
+                 " received)",
+                 task_rank(c, t), task_ch(c, t), t->idx, t->done, t->st.count, t->rdone);
+    else
+        snprintf(buf, len, "rank %d channel %d step %" PRIu64 " (%s, %" PRIu64 " of %" PRIu64 " elements done)",
+                 task_rank(c, t), task_ch(c, t), t->idx, plait_step_kind_name(t->st.kind), t->done, t->st.count);
 }
 
 static void task_wait_text(const struct vctx *c, const struct task *t, char *buf, size_t len)
 {
-    if (t->wait == W_DATA)
-        snprintf(buf, len, "waits for data from rank %d", t->st.recv_peer);
-    else
-        snprintf(buf, len, "waits for credit from rank %d (its FIFO from rank %d holds %" PRIu64 " of %" PRIu64
-                           " slots)",
-                 t->st.send_peer, task_rank(c, t), c->fifos[t->fout].pieces, c->S);
+    size_t o = 0;
+    buf[0] = '\0';
+    if (t->wait & W_DATA)
+        cat(buf, len, &o, "waits for data from rank %d", t->st.recv_peer);
+    if (t->wait & W_CREDIT)
+        cat(buf, len, &o, "%s for credit from rank %d (its FIFO from rank %d holds %" PRIu64 " of %" PRIu64 " slots)",
+            (t->wait & W_DATA) ? " and" : "waits", t->st.send_peer, task_rank(c, t), c->fifos[t->fout].pieces, c->S);
 }
 
-static int wait_peer(const struct task *t)
+/* The wait-for graph of the stuck tasks: task i has an edge per thing it waits
+ * for, 2i for data (to recv_peer's task) and 2i + 1 for credit (to
+ * send_peer's); a SENDRECV step blocked on both of its halves has both. Every
+ * other step waits for one thing at a time. */
+#define EDGE_DATA 0
+#define EDGE_CREDIT 1
+
+static int edge_peer(const struct task *t, int e)
 {
-    return t->wait == W_DATA ? t->st.recv_peer : t->st.send_peer;
+    return e == EDGE_DATA ? t->st.recv_peer : t->st.send_peer;
 }
 
+static int edge_waits(const struct task *t, int e)
+{
+    return t->state == T_BLOCKED && (t->wait & (e == EDGE_DATA ? W_DATA : W_CREDIT));
+}
+
+/* Strongly connected components of the graph (next[2i], next[2i + 1]; -1: no
+ * edge), iteratively (Tarjan): comp[i] is i's component, numbered in the
+ * order they complete. Returns how many, or -1 when memory runs out. */
+static int wait_sccs(struct vctx *c, const int *next, int *comp)
+{
+    const int nt = c->ntasks;
+    int *index = malloc(sizeof(int) * (size_t)nt), *low = malloc(sizeof(int) * (size_t)nt);
+    int *stack = malloc(sizeof(int) * (size_t)nt), *call = malloc(sizeof(int) * (size_t)nt);
+    uint8_t *pos = malloc((size_t)nt), *on = calloc((size_t)nt, 1);
+    int ncomp = -1;
+    if (!index || !low || !stack || !call || !pos || !on) {
+        c->oom = 1;
+        goto out;
+    }
+    ncomp = 0;
+    for (int i = 0; i < nt; i++) {
+        index[i] = -1;
+        comp[i] = -1;
+    }
+    int counter = 0, sp = 0;
+    for (int root = 0; root < nt; root++) {
+        if (index[root] >= 0 || c->tasks[root].state != T_BLOCKED)
+            continue;
+        int depth = 0;
+        call[depth++] = root;
+        index[root] = low[root] = counter++;
+        pos[root] = 0;
+        stack[sp++] = root;
+        on[root] = 1;
+        while (depth) {
+            const int v = call[depth - 1];
+            if (pos[v] < 2) {
+                const int w = next[2 * v + pos[v]++];
+                if (w < 0)
+                    continue;
+                if (index[w] < 0) {
+                    index[w] = low[w] = counter++;
+                    pos[w] = 0;
+                    stack[sp++] = w;
+                    on[w] = 1;
+                    call[depth++] = w;
+                } else if (on[w] && index[w] < low[v]) {
+                    low[v] = index[w];
+                }
+                continue;
+            }
+            depth--;
+            if (depth && low[v] < low[call[depth - 1]])
+                low[call[depth - 1]] = low[v];
+            if (low[v] == index[v]) {
+                int w;
+                do {
+                    w = stack[--sp];
+                    on[w] = 0;
+                    comp[w] = ncomp;
+                } while (w != v);
+                ncomp++;
+            }
+        }
+    }
+out:
+    free(index);
+    free(low);
+    free(stack);
+    free(call);
+    free(pos);
+    free(on);
+    return ncomp;
+}
+
+/* Why a stuck task's wait on edge e is never served, in words. */
+static void edge_why(struct vctx *c, const struct task *t, int e, int cause, char *buf, size_t len, size_t *o)
+{
+    const int peer = edge_peer(t, e);
+    const struct task *p = &c->tasks[peer * c->nch + task_ch(c, t)];
+    if (cause == C_NO_SEND)
+        cat(buf, len, o, "receive with no matching send: rank %d %s", peer,
+            p->state == T_DONE ? "finished its schedule on this channel" : "never sends to it again on this channel");
+    else if (cause == C_NO_RECV)
+        cat(buf, len, o, "send with no matching receive: rank %d %s, so the credit never returns", peer,
+            p->state == T_DONE ? "finished its schedule on this channel"
+                               : "never receives from it again on this channel");
+    else if (cause == C_PEER_FAILED)
+        cat(buf, len, o, "rank %d stopped on an error (reported above)", peer);
+    else
+        cat(buf, len, o, "rank %d is itself stuck at step %" PRIu64 " (%s)", peer, p->idx,
+            plait_step_kind_name(p->st.kind));
+}
+
+/* Classifies every stuck task. A wait that can never be served (its peer
+ * finished, failed, or never serves it again) is a cause; tasks on a circular
+ * wait (a strongly connected component of the wait-for graph) are causes too,
+ * a credit deadlock when every wait inside the component is for credit; the
+ * rest are stuck behind them. */
 static void analyse_deadlock(struct vctx *c)
 {
     const int nt = c->ntasks;
-    int *next = malloc(sizeof(int) * (size_t)nt);
-    int *cyc = malloc(sizeof(int) * (size_t)nt);
-    uint8_t *cause = calloc((size_t)nt, 1), *color = calloc((size_t)nt, 1);
-    int *path = malloc(sizeof(int) * (size_t)nt);
-    /* per cycle: a member, its length, whether every wait in it is for credit */
-    int *cyc_start = malloc(sizeof(int) * (size_t)nt), *cyc_len = malloc(sizeof(int) * (size_t)nt);
-    uint8_t *cyc_credit = malloc((size_t)nt);
-    if (!next || !cyc || !cause || !color || !path || !cyc_start || !cyc_len || !cyc_credit) {
+    int *next = malloc(sizeof(int) * 2 * (size_t)nt);
+    uint8_t *cause = calloc(2 * (size_t)nt, 1);
+    int *comp = malloc(sizeof(int) * (size_t)nt);
+    /* per component: its size, whether every wait inside it is for credit,
+     * and a member to start its cycle from */
+    int *comp_size = NULL, *comp_first = NULL;
+    uint8_t *comp_credit = NULL, *seen = NULL;
+    int *walk = NULL;
+    if (!next || !cause || !comp) {
         c->oom = 1;
         goto out;
     }
     for (int i = 0; i < nt; i++) {
-        struct task *t = &c->tasks[i];
-        next[i] = -1;
-        cyc[i] = -1;
-        if (t->state != T_BLOCKED)
-            continue;
-        c->res->stuck_tasks++;
-        const int pi = wait_peer(t) * c->nch + task_ch(c, t);
-        const struct task *p = &c->tasks[pi];
-        if (p->state == T_FAILED)
-            cause[i] = C_PEER_FAILED;
-        else if (p->state == T_DONE || !will_serve(c, p, task_rank(c, t), t->wait == W_DATA))
-            cause[i] = t->wait == W_DATA ? C_NO_SEND : C_NO_RECV;
-        else
-            next[i] = pi;
-    }
-    for (int i = 0; i < nt; i++)
-        if (c->tasks[i].state == T_FAILED)
+        const struct task *t = &c->tasks[i];
+        for (int e = 0; e < 2; e++) {
+            next[2 * i + e] = -1;
+            if (!edge_waits(t, e))
+                continue;
+            const int pi = edge_peer(t, e) * c->nch + task_ch(c, t);
+            const struct task *p = &c->tasks[pi];
+            if (p->state == T_FAILED)
+                cause[2 * i + e] = C_PEER_FAILED;
+            else if (p->state == T_DONE || !will_serve(c, p, task_rank(c, t), e == EDGE_DATA))
+                cause[2 * i + e] = e == EDGE_DATA ? C_NO_SEND : C_NO_RECV;
+            else
+                next[2 * i + e] = pi;
+        }
+        if (t->state == T_BLOCKED || t->state == T_FAILED)
             c->res->stuck_tasks++;
-    int ncyc = 0;
+    }
+    const int ncomp = wait_sccs(c, next, comp);
+    if (ncomp < 0)
+        goto out;
+    comp_size = calloc((size_t)ncomp + 1, sizeof(int));
+    comp_first = malloc(sizeof(int) * ((size_t)ncomp + 1));
+    comp_credit = malloc((size_t)ncomp + 1);
+    seen = calloc((size_t)nt, 1);
+    walk = malloc(sizeof(int) * (size_t)nt);
+    if (!comp_size || !comp_first || !comp_credit || !seen || !walk) {
+        c->oom = 1;
+        goto out;
+    }
+    for (int k = 0; k < ncomp; k++) {
+        comp_first[k] = -1;
+        comp_credit[k] = 1;
+    }
     for (int i = 0; i < nt; i++) {
-        if (c->tasks[i].state != T_BLOCKED || color[i])
+        if (comp[i] < 0)
             continue;
-        int np = 0, u = i;
-        while (u >= 0 && color[u] == 0) {
-            color[u] = 1;
-            path[np++] = u;
-            u = next[u];
+        comp_size[comp[i]]++;
+        if (comp_first[comp[i]] < 0)
+            comp_first[comp[i]] = i;
+        for (int e = 0; e < 2; e++) {
+            const int w = next[2 * i + e];
+            if (w >= 0 && comp[w] == comp[i] && e == EDGE_DATA)
+                comp_credit[comp[i]] = 0;
         }
-        if (u >= 0 && color[u] == 1) {
-            int len = 0, credit = 1, v = u;
-            do {
-                cyc[v] = ncyc;
-                credit &= c->tasks[v].wait == W_CREDIT;
-                len++;
-                v = next[v];
-            } while (v != u);
-            cyc_start[ncyc] = u;
-            cyc_len[ncyc] = len;
-            cyc_credit[ncyc] = (uint8_t)credit;
-            ncyc++;
-        }
-        for (int k = 0; k < np; k++)
-            color[path[k]] = 2;
     }
     for (int i = 0; i < nt && !c->oom; i++) {
         const struct task *t = &c->tasks[i];
         if (t->state != T_BLOCKED)
             continue;
-        const int rank = task_rank(c, t), ch = task_ch(c, t), peer = wait_peer(t);
-        char where[200], wait[200], why[600];
+        const int rank = task_rank(c, t), ch = task_ch(c, t);
+        char where[200], wait[400], why[800];
+        size_t o = 0;
+        why[0] = '\0';
         if (want_text(c)) {
             task_where(c, t, where, sizeof(where));
             task_wait_text(c, t, wait, sizeof(wait));
         }
-        int kind;
-        const struct task *p = &c->tasks[peer * c->nch + ch];
-        if (cause[i] == C_NO_SEND) {
-            kind = PLAIT_VERIFY_NO_MATCHING_SEND;
-            snprintf(why, sizeof(why), "receive with no matching send: rank %d %s", peer,
-                     p->state == T_DONE ? "finished its schedule on this channel"
-                                        : "never sends to it again on this channel");
-        } else if (cause[i] == C_NO_RECV) {
-            kind = PLAIT_VERIFY_NO_MATCHING_RECV;
-            snprintf(why, sizeof(why), "send with no matching receive: rank %d %s, so the credit never returns",
-                     peer, p->state == T_DONE ? "finished its schedule on this channel"
-                                              : "never receives from it again on this channel");
-        } else if (cause[i] == C_PEER_FAILED) {
-            kind = PLAIT_VERIFY_BLOCKED_BEHIND;
-            snprintf(why, sizeof(why), "rank %d stopped on an error (reported above)", peer);
-        } else if (cyc[i] >= 0) {
-            const int id = cyc[i];
-            kind = cyc_credit[id] ? PLAIT_VERIFY_CREDIT_DEADLOCK : PLAIT_VERIFY_CIRCULAR_WAIT;
-            size_t o = (size_t)snprintf(why, sizeof(why), "%s: circular wait of %d tasks: ",
-                                        cyc_credit[id] ? "credit exhaustion (every FIFO on the cycle is full)"
-                                                       : "circular wait",
-                                        cyc_len[id]);
-            int v = cyc_start[id];
-            for (int k = 0; k <= cyc_len[id] && k <= 8 && o < sizeof(why); k++) {
-                if (k == 8 && k < cyc_len[id]) {
-                    o += (size_t)snprintf(why + o, sizeof(why) - o, "...");
-                    break;
-                }
-                if (k == cyc_len[id]) {
-                    o += (size_t)snprintf(why + o, sizeof(why) - o, "rank %d", task_rank(c, &c->tasks[v]));
-                    break;
-                }
-                o += (size_t)snprintf(why + o, sizeof(why) - o, "rank %d -%s-> ", task_rank(c, &c->tasks[v]),
-                                      c->tasks[v].wait == W_DATA ? "data" : "credit");
-                v = next[v];
+        int kind = -1;
+        /* a wait nobody will ever serve: the data one first */
+        for (int e = 0; e < 2 && kind < 0; e++)
+            if (cause[2 * i + e] == C_NO_SEND || cause[2 * i + e] == C_NO_RECV) {
+                kind = cause[2 * i + e] == C_NO_SEND ? PLAIT_VERIFY_NO_MATCHING_SEND : PLAIT_VERIFY_NO_MATCHING_RECV;
+                edge_why(c, t, e, cause[2 * i + e], why, sizeof(why), &o);
             }
-        } else {
+        if (kind < 0 && comp_size[comp[i]] > 1) {
+            /* on a circular wait: show one cycle through the component,
+             * walking its edges from its first member */
+            const int id = comp[i];
+            kind = comp_credit[id] ? PLAIT_VERIFY_CREDIT_DEADLOCK : PLAIT_VERIFY_CIRCULAR_WAIT;
+            int nw = 0, v = comp_first[id];
+            while (!seen[v]) {
+                seen[v] = 1;
+                walk[nw++] = v;
+                const int w0 = next[2 * v + EDGE_DATA], w1 = next[2 * v + EDGE_CREDIT];
+                v = w0 >= 0 && comp[w0] == id ? w0 : w1;
+            }
+            int from = 0;
+            while (walk[from] != v)
+                from++;
+            for (int k = 0; k < nw; k++)
+                seen[walk[k]] = 0;
+            const int len = nw - from;
+            cat(why, sizeof(why), &o, "%s: circular wait of %d tasks: ",
+                comp_credit[id] ? "credit exhaustion (every FIFO on the cycle is full)" : "circular wait", len);
+            for (int k = 0; k <= len; k++) {
+                const int u = walk[from + k % len];
+                if (k == 8 && k < len) {
+                    cat(why, sizeof(why), &o, "...");
+                    break;
+                }
+                if (k == len) {
+                    cat(why, sizeof(why), &o, "rank %d", task_rank(c, &c->tasks[u]));
+                    break;
+                }
+                const int nx = walk[from + (k + 1) % len];
+                const int data = next[2 * u + EDGE_DATA] == nx;
+                cat(why, sizeof(why), &o, "rank %d -%s-> ", task_rank(c, &c->tasks[u]), data ? "data" : "credit");
+            }
+            if (comp_size[id] > len)
+                cat(why, sizeof(why), &o, " (%d tasks wait on each other in all)", comp_size[id]);
+        }
+        if (kind < 0) {
             kind = PLAIT_VERIFY_BLOCKED_BEHIND;
-            snprintf(why, sizeof(why), "rank %d is itself stuck at step %" PRIu64 " (%s)", peer, p->idx,
-                     plait_step_kind_name(p->st.kind));
+            for (int e = 0; e < 2; e++)
+                if (edge_waits(t, e)) {
+                    if (o)
+                        cat(why, sizeof(why), &o, "; ");
+                    edge_why(c, t, e, cause[2 * i + e], why, sizeof(why), &o);
+                }
         }
         report(c, kind, rank, ch, t->idx, "deadlock: %s %s; %s", where, wait, why);
     }
 out:
     free(next);
-    free(cyc);
     free(cause);
-    free(color);
-    free(path);
-    free(cyc_start);
-    free(cyc_len);
-    free(cyc_credit);
+    free(comp);
+    free(comp_size);
+    free(comp_first);
+    free(comp_credit);
+    free(seen);
+    free(walk);
 }
 
 static void report_leftovers(struct vctx *c)

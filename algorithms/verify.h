@@ -10,6 +10,10 @@
  *     needs a free slot (credit) towards send_peer on the same channel, and a
  *     piece that does both needs both at once (the received slot is held until
  *     the send slot is there);
+ *   - a SENDRECV step is two independent halves: its send half moves pieces of
+ *     src to send_peer as credit allows, its receive half pieces from
+ *     recv_peer into dst as they arrive; neither waits for the other and the
+ *     step ends when both are done (a stuck one may wait for both);
  *   - each connection (ordered pair of ranks, channel) is a FIFO of `fifo_slots`
  *     slots; the receiver compares each piece's size with what its own step
  *     expects (a difference is the executor's "mismatched operations" error);
@@ -24,8 +28,9 @@
  * cost what 7 do with the same number of steps.
  *
  * By Kahn's argument (each task is a deterministic sequential process that
- * blocks on one FIFO at a time) the outcome does not depend on the order in
- * which tasks are run, so one run decides deadlock for every interleaving the
+ * blocks on one FIFO at a time; a SENDRECV step is two such processes, one per
+ * half, joined at its end) the outcome does not depend on the order in which
+ * tasks are run, so one run decides deadlock for every interleaving the
  * executor may take. */
 #ifndef PLAIT_VERIFY_H
 #define PLAIT_VERIFY_H
@@ -71,7 +76,8 @@ enum plait_verify_kind {
     PLAIT_VERIFY_LEFTOVER,         /* pieces left in a FIFO whose receiver finished */
     PLAIT_VERIFY_MISMATCH,         /* a received piece's size differs from what the receiver expects */
     PLAIT_VERIFY_OUT_OF_BOUNDS,    /* a step reaches outside INPUT or OUTPUT */
-    PLAIT_VERIFY_BAD_STEP,         /* unknown kind or buffer, a write to INPUT, a partially overlapping copy */
+    PLAIT_VERIFY_BAD_STEP,         /* unknown kind or buffer, a write to INPUT, a partially overlapping copy,
+                                      a SENDRECV with flags or with overlapping src and dst */
     PLAIT_VERIFY_RACE,             /* a channel reads or overwrites what another channel of the rank wrote */
     PLAIT_VERIFY_DIVERGENT,        /* allreduce: a rank's result is reduced in another order than rank 0's,
                                       so the ranks may not get the same bits */

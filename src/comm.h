@@ -100,7 +100,8 @@ struct plait_task {
     struct plait_task *after;/* the task that must finish first (same comm and lane) */
     plait_step_fn gen;       /* NULL: `step` is the only step */
     uint64_t step_idx;
-    uint64_t piece_off;
+    uint64_t piece_off;      /* elements of the step moved (its send half, for SENDRECV) */
+    uint64_t recv_off;       /* elements of a SENDRECV step's receive half moved */
     int has_step;
     int done;
     struct plait_step step;

@@ -70,6 +70,94 @@ static int fetch_step(struct plait_task *t)
     return t->step_idx == 0;
 }
 
+/* The connection of a step's peer on the task's class, or an error: a step to
+ * a peer the class does not connect is a generator/peer-set mismatch. */
+static struct plait_conn *step_conn(struct plait_task *t, int peer, const char *dir, plait_result_t *err)
+{
+    struct plait_op *op = t->op;
+    struct plait_comm *comm = op->comm;
+    struct plait_conn *c = peer >= 0 && peer < comm->nranks ? comm->conns[peer * comm->ncls + t->cls] : NULL;
+    if (!c) {
+        *err = plait_error(PLAIT_ERR_INTERNAL,
+                           "%s (operation #%llu) on rank %d: the schedule %s rank %d on channel %d, which has no "
+                           "connection there (a generator/peer-set mismatch)",
+                           op->name, (unsigned long long)op->seq, comm->rank, dir, peer, t->cls);
+        return NULL;
+    }
+    if (c->needs_progress && (*err = c->tp->progress(c)) != PLAIT_SUCCESS)
+        return NULL;
+    return c;
+}
+
+static plait_result_t size_mismatch(const struct plait_task *t, int peer, uint32_t got, size_t bytes)
+{
+    const struct plait_op *op = t->op;
+    char who[160];
+    return plait_error(PLAIT_ERR_INVALID_USAGE,
+                       "%s (operation #%llu) on rank %d: received %u bytes from %s where %zu were expected: the "
+                       "ranks called mismatched operations (count, type or order)",
+                       op->name, (unsigned long long)op->seq, op->comm->rank, got,
+                       plait_peer_str(op->comm, peer, who, sizeof(who)), bytes);
+}
+
+/* A SENDRECV step: its two halves move independently, each piece as soon as
+ * its own resource (credit, or a filled slot) is there. Returns like
+ * task_advance; *done when both halves are complete. */
+static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err)
+{
+    struct plait_op *op = t->op;
+    const size_t es = op->esize;
+    const struct plait_step *st = &t->step;
+    const uint64_t piece_max = op->comm->set.slot_bytes / es;
+    int moved = 0;
+    *done = 0;
+    struct plait_conn *sc = step_conn(t, st->send_peer, "sends to", err);
+    if (!sc)
+        return ADV_ERROR;
+    struct plait_conn *rc = step_conn(t, st->recv_peer, "receives from", err);
+    if (!rc)
+        return ADV_ERROR;
+    for (int budget = 0; budget < PIECES_PER_ADVANCE && t->piece_off < st->count; budget++) {
+        void *out = plait_conn_send_slot(sc);
+        if (!out) {
+            if (sc->peer_gone) {
+                *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
+                return ADV_ERROR;
+            }
+            break;
+        }
+        const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
+        memcpy(out, buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es, (size_t)n * es);
+        plait_conn_send_commit(sc, (uint32_t)(n * es));
+        if (sc->needs_progress && (*err = sc->tp->progress(sc)) != PLAIT_SUCCESS)
+            return ADV_ERROR;
+        t->piece_off += n;
+        moved = 1;
+    }
+    for (int budget = 0; budget < PIECES_PER_ADVANCE && t->recv_off < st->count; budget++) {
+        uint32_t got = 0;
+        const void *in = plait_conn_recv_slot(rc, &got);
+        if (!in) {
+            if (rc->peer_gone) {
+                *err = peer_gone_error(t, st->recv_peer, "waiting for its data");
+                return ADV_ERROR;
+            }
+            break;
+        }
+        const uint64_t n = plait_min_u64(st->count - t->recv_off, piece_max);
+        if (got != n * es) {
+            *err = size_mismatch(t, st->recv_peer, got, (size_t)(n * es));
+            return ADV_ERROR;
+        }
+        memcpy((char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->recv_off) * es, in, (size_t)n * es);
+        plait_conn_recv_release(rc);
+        t->recv_off += n;
+        moved = 1;
+    }
+    *done = t->piece_off >= st->count && t->recv_off >= st->count;
+    return moved ? ADV_PROGRESSED : ADV_BLOCKED;
+}
+
 /* Moves pieces of the task's current and following steps until it would wait. */
 static int task_advance(struct plait_task *t, plait_result_t *err)
 {
@@ -83,8 +171,21 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 return ADV_DONE;
             t->has_step = 1;
             t->piece_off = 0;
+            t->recv_off = 0;
         }
         struct plait_step *st = &t->step;
+        if (st->kind == PLAIT_STEP_SENDRECV) {
+            int done = 0;
+            int r = st->count > 0 ? sendrecv_advance(t, &done, err) : (done = 1, ADV_PROGRESSED);
+            if (r == ADV_ERROR)
+                return ADV_ERROR;
+            if (!done)
+                return (progressed || r == ADV_PROGRESSED) ? ADV_PROGRESSED : ADV_BLOCKED;
+            t->has_step = 0;
+            t->step_idx++;
+            progressed = 1;
+            continue;
+        }
         if (st->kind == PLAIT_STEP_COPY) {
             const char *src = buf_ptr(op, st->src_buf) + st->src_off * es;
             char *dst = (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es;
@@ -112,22 +213,8 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
         const size_t bytes = (size_t)n * es;
         if (step_recvs(st->kind)) {
-            rc = st->recv_peer >= 0 && st->recv_peer < comm->nranks ? comm->conns[st->recv_peer * comm->ncls + t->cls]
-                                                                      : NULL;
-            if (!rc) {
-                *err = plait_error(PLAIT_ERR_INTERNAL,
-                                   "%s (operation #%llu) on rank %d: the schedule receives from rank %d on channel %d, "
-                                   "which has no connection there (a generator/peer-set mismatch)",
-                                   op->name, (unsigned long long)op->seq, comm->rank, st->recv_peer, t->cls);
+            if (!(rc = step_conn(t, st->recv_peer, "receives from", err)))
                 return ADV_ERROR;
-            }
-            if (rc->needs_progress) {
-                plait_result_t res = rc->tp->progress(rc);
-                if (res) {
-                    *err = res;
-                    return ADV_ERROR;
-                }
-            }
             uint32_t got = 0;
             in = plait_conn_recv_slot(rc, &got);
             if (!in) {
@@ -138,32 +225,13 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
             }
             if (got != bytes) {
-                char who[160];
-                *err = plait_error(PLAIT_ERR_INVALID_USAGE,
-                                   "%s (operation #%llu) on rank %d: received %u bytes from %s where %zu were "
-                                   "expected: the ranks called mismatched operations (count, type or order)",
-                                   op->name, (unsigned long long)op->seq, comm->rank, got,
-                                   plait_peer_str(comm, st->recv_peer, who, sizeof(who)), bytes);
+                *err = size_mismatch(t, st->recv_peer, got, bytes);
                 return ADV_ERROR;
             }
         }
         if (step_sends(st->kind)) {
-            sc = st->send_peer >= 0 && st->send_peer < comm->nranks ? comm->conns[st->send_peer * comm->ncls + t->cls]
-                                                                      : NULL;
-            if (!sc) {
-                *err = plait_error(PLAIT_ERR_INTERNAL,
-                                   "%s (operation #%llu) on rank %d: the schedule sends to rank %d on channel %d, "
-                                   "which has no connection there (a generator/peer-set mismatch)",
-                                   op->name, (unsigned long long)op->seq, comm->rank, st->send_peer, t->cls);
+            if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
                 return ADV_ERROR;
-            }
-            if (sc->needs_progress) {
-                plait_result_t res = sc->tp->progress(sc);
-                if (res) {
-                    *err = res;
-                    return ADV_ERROR;
-                }
-            }
             out = plait_conn_send_slot(sc);
             if (!out) {
                 if (sc->peer_gone) {

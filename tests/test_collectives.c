@@ -258,6 +258,7 @@ Test(collectives_small, socket_2, .timeout = 600)
 /* Each algorithm other than the ring, forced with PLAIT_ALGO, on the
  * collectives it implements (every count and type, in and out of place). */
 static const struct matrix bcast_only = {full_counts, 4, 1, 1u << TC_BROADCAST};
+static const struct matrix allgather_only = {full_counts, 4, 1, 1u << TC_ALLGATHER};
 
 static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int nranks, const struct matrix *m)
 {
@@ -271,6 +272,11 @@ static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int
     {                                                                                                             \
         run_algo(#algo, #radix, MR_##mode, n, &bcast_only);                                                       \
     }
+#define BRUCK_TEST(mode, n)                                                                                       \
+    Test(algorithms, bruck_##mode##_##n, .timeout = 600)                                                         \
+    {                                                                                                             \
+        run_algo("bruck", "2", MR_##mode, n, &allgather_only);                                                    \
+    }
 
 ALGO_TEST(tree, 2, THREADS, 2)
 ALGO_TEST(tree, 2, THREADS, 5)
@@ -279,3 +285,9 @@ ALGO_TEST(tree, 2, SHM, 8)
 ALGO_TEST(tree, 3, SHM, 7)
 ALGO_TEST(tree, 4, THREADS, 8)
 ALGO_TEST(tree, 2, SOCKET, 4)
+BRUCK_TEST(THREADS, 2)
+BRUCK_TEST(THREADS, 3)
+BRUCK_TEST(THREADS, 8)
+BRUCK_TEST(SHM, 5)
+BRUCK_TEST(SHM, 7)
+BRUCK_TEST(SOCKET, 4)

@@ -651,3 +651,376 @@ Test(verify, different_reduction_orders_reported)
     cr_expect(has_finding(&r, PLAIT_VERIFY_DIVERGENT, "rank 1 OUTPUT[0, 100): reduced in another order"));
     plait_verify_result_free(&r);
 }
+
+/* ---------------------------------------------------------------- SENDRECV */
+
+/* The two halves of a SENDRECV step move independently (schedule.h): these
+ * generators exchange with it, right and broken. All are allgathers on one
+ * channel whose steps ignore the chunking: step 0 copies the input into the
+ * rank's own block of the output, the rest exchange blocks. */
+
+static void own_block_copy(const struct plait_sched_args *a, struct plait_step *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_COPY;
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->dst_off = (uint64_t)a->rank * a->count;
+    out->count = a->count;
+    out->send_peer = out->recv_peer = -1;
+}
+
+static void sendrecv_blocks(const struct plait_sched_args *a, struct plait_step *out, int send_peer,
+                            uint64_t send_block, int recv_peer, uint64_t recv_block, uint64_t nblocks)
+{
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_SENDRECV;
+    out->src_buf = PLAIT_BUF_OUTPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->send_peer = send_peer;
+    out->recv_peer = recv_peer;
+    out->src_off = send_block * a->count;
+    out->dst_off = recv_block * a->count;
+    out->count = nblocks * a->count;
+}
+
+/* Ring allgather as n-1 SENDRECV steps: at step s rank r passes block
+ * r-s+1 on to r+1 while it takes block r-s from r-1. Any rank count. */
+static int ring_sendrecv(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    const int n = a->nranks, r = a->rank;
+    if (channel > 0 || idx >= (uint64_t)n)
+        return 0;
+    if (idx == 0) {
+        own_block_copy(a, out);
+        return 1;
+    }
+    const int s = (int)idx;
+    sendrecv_blocks(a, out, (r + 1) % n, (uint64_t)((r - s + 1 + n) % n), (r + n - 1) % n,
+                    (uint64_t)((r - s + n) % n), 1);
+    return 1;
+}
+
+/* Recursive doubling allgather (power-of-two rank counts): at step k rank r
+ * swaps the 2^(k-1) blocks it holds with rank r ^ 2^(k-1), both halves at
+ * once in one SENDRECV per step. */
+static int rd_sendrecv(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    const int n = a->nranks, r = a->rank;
+    if (channel > 0)
+        return 0;
+    if (idx == 0) {
+        own_block_copy(a, out);
+        return 1;
+    }
+    const int d = 1 << (idx - 1);
+    if (d >= n)
+        return 0;
+    const int peer = r ^ d;
+    sendrecv_blocks(a, out, peer, (uint64_t)(r & ~(d - 1)), peer, (uint64_t)(peer & ~(d - 1)), (uint64_t)d);
+    return 1;
+}
+
+static int rd_peers(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)radix;
+    int cnt = 0;
+    for (int d = 1; d < nranks && cnt < max; d *= 2)
+        out[cnt++] = rank ^ d;
+    return cnt;
+}
+
+Test(verify, sendrecv_exchanges_verify)
+{
+    static const uint64_t counts[] = {0, 1, 7, 16, 100, 1000};
+    for (int n = 1; n <= 16; n++)
+        for (uint32_t slots = 1; slots <= 4; slots++)
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    for (int g = 0; g < 2; g++) {
+                        const int pow2 = (n & (n - 1)) == 0;
+                        if (g == 1 && !pow2)
+                            continue;
+                        struct plait_verify_config cfg = config(g ? rd_sendrecv : ring_sendrecv, PLAIT_COLL_ALLGATHER,
+                                                                n, counts[k], 1, 16, slots, 16, 4);
+                        cfg.peers = g ? rd_peers : ring_neighbours;
+                        cfg.is_inplace = inplace;
+                        struct plait_verify_result r = run(&cfg);
+                        if (!r.is_ok)
+                            dump(&r);
+                        cr_expect(r.is_ok,
+                                  "%s allgather, %d ranks, count %" PRIu64 ", %u slots, in place %d: %" PRIu64
+                                  " findings",
+                                  g ? "recursive doubling" : "ring", n, counts[k], slots, inplace, r.total);
+                        plait_verify_result_free(&r);
+                    }
+}
+
+/* Rank 1 exchanges one element fewer at step 1: it cuts what it receives
+ * from rank 0 differently (the last piece), and so does rank 2 with what rank
+ * 1 sends it. */
+static int sendrecv_short(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!ring_sendrecv(a, channel, idx, out))
+        return 0;
+    if (a->rank == 1 && idx == 1)
+        out->count--;
+    return 1;
+}
+
+Test(verify, sendrecv_count_mismatch_reported)
+{
+    /* 3 full pieces of 16 and one of 5; rank 1 expects one of 4 */
+    struct plait_verify_config cfg = config(sendrecv_short, PLAIT_COLL_ALLGATHER, 4, 53, 1, 16, 2, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_gt(r.counts[PLAIT_VERIFY_MISMATCH], 0);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_MISMATCH,
+                          "rank 1 channel 0 step 1 (SENDRECV, count 52): piece 3 should hold 4 elements but rank 0 "
+                          "sent 5 (its step 1, SENDRECV)"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0, "a run that did not finish has no output to check");
+    plait_verify_result_free(&r);
+}
+
+/* Rank 0 sends its step-1 block to rank 2 instead of rank 1. */
+static int sendrecv_wrong_peer(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!ring_sendrecv(a, channel, idx, out))
+        return 0;
+    if (a->rank == 0 && idx == 1)
+        out->send_peer = 2;
+    return 1;
+}
+
+Test(verify, sendrecv_wrong_peer_reported)
+{
+    /* one piece per block: the stray piece fits in rank 2's FIFO from rank 0
+     * and stays there; rank 1 takes rank 0's later blocks one step early and
+     * waits in its last step for one more that never comes */
+    struct plait_verify_config cfg = config(sendrecv_wrong_peer, PLAIT_COLL_ALLGATHER, 4, 16, 1, 16, 4, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_LEFTOVER], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_LEFTOVER, "rank 0 -> rank 2 channel 0: 1 piece (16 elements) sent from "
+                                                     "step 1 (SENDRECV)"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_SEND], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_SEND, "rank 1 channel 0 step 3 (SENDRECV, 16 of 16 elements "
+                                                             "sent, 0 received) waits for data from rank 0"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_SEND, "rank 0 finished its schedule"));
+    plait_verify_result_free(&r);
+
+    /* more pieces than rank 2's FIFO holds: rank 0 waits for credit that
+     * never comes back */
+    cfg = config(sendrecv_wrong_peer, PLAIT_COLL_ALLGATHER, 4, 100, 1, 16, 2, 16, 4);
+    r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_RECV], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_RECV, "rank 0 channel 0 step 1 (SENDRECV"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_RECV, "waits for credit from rank 2"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_NO_MATCHING_RECV, "rank 2 never receives from it again"));
+    plait_verify_result_free(&r);
+}
+
+/* Two ranks. Rank 0 swaps blocks with rank 1 in one SENDRECV; rank 1 first
+ * receives rank 0's block (step 1) and only then, in a later step, sends its
+ * own. Rank 0's receive half waits for a send that depends on its own send
+ * half: fine when the halves are independent, a circular wait when the
+ * receive gates the send (as in RECV_COPY_SEND, which `coupled` uses). */
+static int one_sided_swap(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out,
+                          int coupled)
+{
+    if (channel > 0 || a->nranks != 2)
+        return 0;
+    if (idx == 0) {
+        own_block_copy(a, out);
+        return 1;
+    }
+    if (a->rank == 0) {
+        if (idx > 1)
+            return 0;
+        sendrecv_blocks(a, out, 1, 0, 1, 1, 1);
+        if (coupled) {
+            out->kind = PLAIT_STEP_RECV_COPY_SEND; /* receive into block 1, forward what arrives */
+            out->src_off = out->dst_off;
+        }
+        return 1;
+    }
+    if (idx > 2)
+        return 0;
+    sendrecv_blocks(a, out, 0, 1, 0, 0, 1);
+    out->kind = idx == 1 ? PLAIT_STEP_RECV : PLAIT_STEP_SEND;
+    return 1;
+}
+
+static int swap_independent(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return one_sided_swap(a, channel, idx, out, 0);
+}
+
+static int swap_coupled(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return one_sided_swap(a, channel, idx, out, 1);
+}
+
+Test(verify, sendrecv_halves_are_independent)
+{
+    static const uint64_t counts[] = {1, 16, 17, 64, 1000};
+    for (uint32_t slots = 1; slots <= 4; slots++)
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            struct plait_verify_config cfg =
+                config(swap_independent, PLAIT_COLL_ALLGATHER, 2, counts[k], 1, 16, slots, 16, 4);
+            struct plait_verify_result r = run(&cfg);
+            if (!r.is_ok)
+                dump(&r);
+            cr_expect(r.is_ok, "count %" PRIu64 ", %u slots: %" PRIu64 " findings", counts[k], slots, r.total);
+            cr_expect_eq(r.stuck_tasks, 0);
+            plait_verify_result_free(&r);
+
+            /* the same exchange with a step whose receive gates its send */
+            cfg.gen = swap_coupled;
+            r = run(&cfg);
+            cr_expect_eq(r.counts[PLAIT_VERIFY_CIRCULAR_WAIT], 2, "count %" PRIu64 ", %u slots", counts[k], slots);
+            cr_expect(has_finding(&r, PLAIT_VERIFY_CIRCULAR_WAIT, "rank 0 -data-> rank 1 -data-> rank 0") ||
+                      has_finding(&r, PLAIT_VERIFY_CIRCULAR_WAIT, "rank 1 -data-> rank 0 -data-> rank 1"));
+            plait_verify_result_free(&r);
+        }
+}
+
+/* Three ranks, one slot per FIFO, 16-element pieces. Rank 0's SENDRECV sends
+ * two pieces to rank 1 and receives two from rank 2; ranks 1 and 2 each first
+ * wait for data from the other. Rank 0 sends one piece (the FIFO is then full)
+ * and is stuck on both halves, behind the circular wait of ranks 1 and 2. */
+static int stuck_both_halves(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    static const struct {
+        int kind, peer;
+        uint64_t count;
+    } prog[3][3] = {
+        {{PLAIT_STEP_SENDRECV, 0, 32}, {-1, 0, 0}, {-1, 0, 0}},
+        {{PLAIT_STEP_RECV, 2, 16}, {PLAIT_STEP_SEND, 2, 16}, {PLAIT_STEP_RECV, 0, 32}},
+        {{PLAIT_STEP_RECV, 1, 16}, {PLAIT_STEP_SEND, 1, 16}, {PLAIT_STEP_SEND, 0, 32}},
+    };
+    if (channel > 0 || idx >= 3 || prog[a->rank][idx].kind < 0)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = (uint8_t)prog[a->rank][idx].kind;
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->count = prog[a->rank][idx].count;
+    out->send_peer = out->recv_peer = prog[a->rank][idx].peer;
+    if (out->kind == PLAIT_STEP_SENDRECV) {
+        out->send_peer = 1;
+        out->recv_peer = 2;
+    }
+    return 1;
+}
+
+/* Three ranks, one slot: rank 0's receive half takes two of the four pieces
+ * rank 2 sends and completes; its send half sent one piece to rank 1, which
+ * waits for rank 2 first, and rank 2 waits for credit from rank 0, whose next
+ * step would drain it: a circular wait through rank 0's send half only. */
+static int stuck_send_half(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    static const struct {
+        int kind, peer;
+        uint64_t count;
+    } prog[3][2] = {
+        {{PLAIT_STEP_SENDRECV, 0, 32}, {PLAIT_STEP_RECV, 2, 32}},
+        {{PLAIT_STEP_RECV, 2, 16}, {PLAIT_STEP_RECV, 0, 32}},
+        {{PLAIT_STEP_SEND, 0, 64}, {PLAIT_STEP_SEND, 1, 16}},
+    };
+    if (channel > 0 || idx >= 2)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = (uint8_t)prog[a->rank][idx].kind;
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->count = prog[a->rank][idx].count;
+    out->send_peer = out->recv_peer = prog[a->rank][idx].peer;
+    if (out->kind == PLAIT_STEP_SENDRECV) {
+        out->send_peer = 1;
+        out->recv_peer = 2;
+    }
+    return 1;
+}
+
+Test(verify, sendrecv_deadlocks_say_which_half_waits)
+{
+    struct plait_verify_config cfg = config(stuck_both_halves, PLAIT_COLL_ALLREDUCE, 3, 64, 1, 16, 1, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.stuck_tasks, 3);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_CIRCULAR_WAIT], 2, "ranks 1 and 2 wait for each other");
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BLOCKED_BEHIND], 1, "rank 0 waits behind both");
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BLOCKED_BEHIND,
+                          "rank 0 channel 0 step 0 (SENDRECV, 16 of 32 elements sent, 0 received) waits for data "
+                          "from rank 2 and for credit from rank 1 (its FIFO from rank 0 holds 1 of 1 slots); rank 2 "
+                          "is itself stuck at step 0 (RECV); rank 1 is itself stuck at step 0 (RECV)"));
+    cr_expect_eq(r.counts[PLAIT_VERIFY_NO_MATCHING_SEND] + r.counts[PLAIT_VERIFY_NO_MATCHING_RECV], 0);
+    plait_verify_result_free(&r);
+
+    cfg.gen = stuck_send_half;
+    r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.stuck_tasks, 3);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_CIRCULAR_WAIT], 3);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_CIRCULAR_WAIT,
+                          "rank 0 channel 0 step 0 (SENDRECV, 16 of 32 elements sent, 32 received) waits for credit "
+                          "from rank 1 (its FIFO from rank 0 holds 1 of 1 slots)"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_CIRCULAR_WAIT, "rank 0 -credit-> rank 1 -data-> rank 2 -credit-> rank 0"));
+    plait_verify_result_free(&r);
+}
+
+/* Rank 0 sends its own block before copying it there. */
+static int sendrecv_reads_unwritten(const struct plait_sched_args *a, int channel, uint64_t idx,
+                                    struct plait_step *out)
+{
+    if (!ring_sendrecv(a, channel, idx, out))
+        return 0;
+    if (a->rank == 0 && idx == 0)
+        out->count = 0;
+    return 1;
+}
+
+/* A SENDRECV with flags, and one whose receive lands on what it sends. */
+static int sendrecv_bad_steps(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (!ring_sendrecv(a, channel, idx, out))
+        return 0;
+    if (a->rank == 1 && idx == 1)
+        out->flags = PLAIT_STEP_PRE;
+    if (a->rank == 2 && idx == 2)
+        out->dst_off = out->src_off;
+    return 1;
+}
+
+Test(verify, sendrecv_bad_reads_and_steps_reported)
+{
+    struct plait_verify_config cfg = config(sendrecv_reads_unwritten, PLAIT_COLL_ALLGATHER, 3, 40, 1, 16, 2, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_UNWRITTEN_READ], 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_UNWRITTEN_READ,
+                          "rank 0 channel 0 step 1 (SENDRECV): reads OUTPUT[0, 32) before anything wrote it"));
+    /* the garbage reaches block 0 on the other ranks; rank 0's own is never written */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 0 OUTPUT[0, 40): never written"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 1 OUTPUT[0, 32): holds data read before"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 2 OUTPUT[32, 40): holds data read before"));
+    plait_verify_result_free(&r);
+
+    cfg = config(sendrecv_bad_steps, PLAIT_COLL_ALLGATHER, 3, 40, 1, 16, 2, 16, 4);
+    r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_BAD_STEP], 2);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_STEP, "rank 1 channel 0 step 1 (SENDRECV): flags 0x1"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_STEP, "rank 2 channel 0 step 2 (SENDRECV): OUTPUT[40, +40) and "
+                                                     "OUTPUT[40, +40) overlap"));
+    plait_verify_result_free(&r);
+}

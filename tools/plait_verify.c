@@ -34,10 +34,11 @@ static const int checked_colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_REDUCESCATT
 #define NCHECKED (sizeof(checked_colls) / sizeof(checked_colls[0]))
 
 /* Sweep options per algorithm beyond the table: the radices worth trying
- * (the ring ignores the radix; anything else is tried with 2, 3 and 4). */
+ * (the ring and Bruck ignore the radix; anything else is tried with 2, 3
+ * and 4). */
 static int algo_radices(const struct plait_algorithm *a, int *out)
 {
-    if (strcmp(a->name, "ring") == 0) {
+    if (strcmp(a->name, "ring") == 0 || strcmp(a->name, "bruck") == 0) {
         out[0] = DEF_RADIX;
         return 1;
     }
