@@ -196,10 +196,16 @@ int plait_algo_connects(int nranks, int radix, int a, int b)
 const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks,
                                                 const uint8_t choice[PLAIT_COLL_COUNT])
 {
-    (void)bytes;
     int forced = coll >= 0 && coll < PLAIT_COLL_COUNT ? choice[coll] : PLAIT_ALGO_AUTO;
     if (forced != PLAIT_ALGO_AUTO && plait_algorithms[forced].supports(coll, nranks))
         return &plait_algorithms[forced];
-    /* Default rule: the ring is the only generator so far. */
+    /* Default rule until the cost model replaces it (docs/algorithms.md, with
+     * the measurements behind it): latency-bound sizes take the log-depth
+     * algorithms, bandwidth-bound sizes the ring. With two ranks they are all
+     * the same exchange. */
+    if (nranks > 2 && coll == PLAIT_COLL_BROADCAST && bytes <= PLAIT_TREE_BCAST_MAX_BYTES)
+        return &plait_algorithms[PLAIT_ALGO_TREE];
+    if (nranks > 2 && coll == PLAIT_COLL_ALLGATHER && bytes * (uint64_t)nranks <= PLAIT_BRUCK_ALLGATHER_MAX_BYTES)
+        return &plait_algorithms[PLAIT_ALGO_BRUCK];
     return &plait_algorithms[PLAIT_ALGO_RING];
 }
