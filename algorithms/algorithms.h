@@ -42,12 +42,6 @@ const char *plait_coll_name(int coll);
  * and stay "auto", so scripts written for NCCL keep running. */
 plait_result_t plait_algo_parse(const char *spec, int strict, const char *varname, uint8_t choice[PLAIT_COLL_COUNT]);
 
-/* The default rule's thresholds: broadcasts of at most this many bytes use the
- * k-nomial tree; allgathers whose output is at most this many bytes use Bruck
- * (both only with more than two ranks). */
-#define PLAIT_TREE_BCAST_MAX_BYTES (256u * 1024u)
-#define PLAIT_BRUCK_ALLGATHER_MAX_BYTES (1024u * 1024u)
-
 /* The generator for a call: the forced choice if any, else the default rule.
  * `bytes` is count x element size (per rank for allgather). Deterministic in its
  * arguments, so every rank chooses the same. */

@@ -45,8 +45,7 @@ const struct plait_env_var plait_env_table[] = {
      "Force an algorithm: one name for every collective (\"ring\"), or \"allreduce:ring;allgather:ring\". An unknown "
      "or unsupported name fails init with the list of valid ones; NCCL_ALGO's names that plait lacks (NVLS, "
      "CollnetDirect, ...) only WARN. Algorithms: ring (every scheduled collective), tree (broadcast: k-nomial), bruck (allgather). "
-     "Unset: plait chooses (docs/algorithms.md: tree for broadcasts <= 256 KiB, Bruck for allgathers <= 1 MiB "
-     "of output, with more than 2 ranks; ring otherwise)."},
+     "Unset: plait chooses (today the ring; docs/algorithms.md says why)."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
