@@ -30,10 +30,8 @@ static int ring_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
     int cnt = 0;
-    if (nranks > 1 && cnt < max)
-        out[cnt++] = (rank + 1) % nranks;
-    if (nranks > 2 && cnt < max)
-        out[cnt++] = (rank + nranks - 1) % nranks;
+    if (nranks > 1)
+        plait_peers_add_distance(nranks, rank, 1, out, &cnt, max);
     return cnt;
 }
 

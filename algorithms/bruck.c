@@ -63,16 +63,6 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
 int plait_bruck_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    int cnt = 0;
-    for (long d = 1; d < nranks; d *= 2) {
-        int cand[2] = {(int)((rank + d) % nranks), (int)((rank - d % nranks + nranks) % nranks)};
-        for (int c = 0; c < 2; c++) {
-            int dup = cand[c] == rank;
-            for (int i = 0; i < cnt && !dup; i++)
-                dup = out[i] == cand[c];
-            if (!dup && cnt < max)
-                out[cnt++] = cand[c];
-        }
-    }
-    return cnt;
+    /* rank +- 2^i: the peers of a binomial tree */
+    return plait_knomial_peers(nranks, rank, 2, out, max);
 }

@@ -103,6 +103,20 @@ static inline void plait_sched_channel_range(uint64_t total, int nchannels, int 
     *hi = h;
 }
 
+/* Adds rank +- d (mod nranks) to a peer list of *cnt entries (at most max),
+ * skipping rank itself and peers already listed. For the algorithms' peers(). */
+static inline void plait_peers_add_distance(int nranks, int rank, long d, int *out, int *cnt, int max)
+{
+    const int cand[2] = {(int)((rank + d) % nranks), (int)((rank - d % nranks + nranks) % nranks)};
+    for (int c = 0; c < 2; c++) {
+        int dup = cand[c] == rank;
+        for (int i = 0; i < *cnt && !dup; i++)
+            dup = out[i] == cand[c];
+        if (!dup && *cnt < max)
+            out[(*cnt)++] = cand[c];
+    }
+}
+
 /* Ring generators (algorithms/ring.c): allreduce, broadcast, reduce, allgather,
  * reducescatter. Ring order is rank order; peers are rank +- 1. */
 int plait_ring_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);

@@ -119,14 +119,7 @@ int plait_knomial_peers(int nranks, int rank, int radix, int *out, int max)
             long d = j * q;
             if (d >= nranks)
                 break;
-            int cand[2] = {(int)((rank + d) % nranks), (int)((rank - d % nranks + nranks) % nranks)};
-            for (int c = 0; c < 2; c++) {
-                int dup = cand[c] == rank;
-                for (int i = 0; i < cnt && !dup; i++)
-                    dup = out[i] == cand[c];
-                if (!dup && cnt < max)
-                    out[cnt++] = cand[c];
-            }
+            plait_peers_add_distance(nranks, rank, d, out, &cnt, max);
         }
     return cnt;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "algorithms.h"
 #include "schedule.h"
 #include "verify.h"
 
@@ -469,13 +470,7 @@ Test(verify, bad_peers_reported)
  * neighbours only. */
 static int ring_neighbours(int nranks, int rank, int radix, int *out, int max)
 {
-    (void)radix;
-    int cnt = 0;
-    if (nranks > 1 && cnt < max)
-        out[cnt++] = (rank + 1) % nranks;
-    if (nranks > 2 && cnt < max)
-        out[cnt++] = (rank + nranks - 1) % nranks;
-    return cnt;
+    return plait_algorithms[PLAIT_ALGO_RING].peers(nranks, rank, radix, out, max);
 }
 
 static int skips_a_rank(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
