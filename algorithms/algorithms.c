@@ -2,6 +2,7 @@
 #include "algorithms.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -14,16 +15,20 @@ static int ring_supports(int coll, int nranks)
            coll == PLAIT_COLL_ALLGATHER || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_BARRIER;
 }
 
-static int tree_supports(int coll, int nranks)
-{
-    (void)nranks;
-    return coll == PLAIT_COLL_BROADCAST;
-}
-
 static int bruck_supports(int coll, int nranks)
 {
-    (void)nranks;
-    return coll == PLAIT_COLL_ALLGATHER;
+    return coll == PLAIT_COLL_ALLGATHER || (coll == PLAIT_COLL_ALLTOALL && plait_bruck_alltoall_supports(nranks));
+}
+
+static int bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return a->coll == PLAIT_COLL_ALLTOALL ? plait_bruck_alltoall_step(a, channel, idx, out)
+                                          : plait_bruck_step(a, channel, idx, out);
+}
+
+static uint64_t bruck_scratch(const struct plait_sched_args *a)
+{
+    return a->coll == PLAIT_COLL_ALLTOALL ? plait_bruck_alltoall_scratch(a) : plait_bruck_scratch(a);
 }
 
 static int ring_peers(int nranks, int rank, int radix, int *out, int max)
@@ -51,15 +56,26 @@ static int auto_supports(int coll, int nranks)
     return plait_coll_is_scheduled(coll);
 }
 
+#define ENTRY(ID, NAME, x)                                                                                         \
+    [ID] = {.id = ID, .name = NAME, .supports = plait_##x##_supports, .step = plait_##x##_step,                  \
+            .peers = plait_##x##_peers, .scratch = plait_##x##_scratch}
+
 const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT] = {
     [PLAIT_ALGO_AUTO] = {.id = PLAIT_ALGO_AUTO, .name = "auto", .supports = auto_supports, .step = NULL,
-                         .peers = no_peers},
+                         .peers = no_peers, .scratch = NULL},
     [PLAIT_ALGO_RING] = {.id = PLAIT_ALGO_RING, .name = "ring", .supports = ring_supports, .step = plait_ring_step,
-                         .peers = ring_peers},
-    [PLAIT_ALGO_TREE] = {.id = PLAIT_ALGO_TREE, .name = "tree", .supports = tree_supports,
-                         .step = plait_knomial_step, .peers = plait_knomial_peers},
-    [PLAIT_ALGO_BRUCK] = {.id = PLAIT_ALGO_BRUCK, .name = "bruck", .supports = bruck_supports,
-                          .step = plait_bruck_step, .peers = plait_bruck_peers},
+                         .peers = ring_peers, .scratch = NULL},
+    ENTRY(PLAIT_ALGO_TREE, "tree", tree),
+    [PLAIT_ALGO_BRUCK] = {.id = PLAIT_ALGO_BRUCK, .name = "bruck", .supports = bruck_supports, .step = bruck_step,
+                          .peers = plait_bruck_peers, .scratch = bruck_scratch},
+    ENTRY(PLAIT_ALGO_RECURSIVE, "recursive", recursive),
+    ENTRY(PLAIT_ALGO_PAT, "pat", pat),
+    ENTRY(PLAIT_ALGO_HIER, "hier", hier),
+    ENTRY(PLAIT_ALGO_ONESHOT, "oneshot", oneshot),
+    ENTRY(PLAIT_ALGO_TWOSHOT, "twoshot", twoshot),
+    ENTRY(PLAIT_ALGO_PAIRWISE, "pairwise", pairwise),
+    ENTRY(PLAIT_ALGO_LINEAR, "linear", linear),
+    ENTRY(PLAIT_ALGO_DISSEMINATION, "dissemination", dissemination),
 };
 
 static const char *const coll_names[PLAIT_COLL_COUNT] = {
@@ -173,35 +189,61 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
     return PLAIT_SUCCESS;
 }
 
-int plait_algo_connects(int nranks, int radix, int a, int b)
+/* The default rule until the cost model replaces it (docs/algorithms.md,
+ * "Selection"): returns an algorithm id for (coll, bytes, nranks, nhosts), or
+ * with bytes == UINT64_MAX sets may[] to every id the rule can return for
+ * nranks (any size, any host count). */
+static int default_rule(int coll, uint64_t bytes, int nranks, int nhosts, uint8_t may[PLAIT_ALGO_COUNT])
+{
+    (void)bytes;
+    (void)nhosts;
+    (void)nranks;
+    /* The ring: alternating measurements on the 2-core machine (docs/algorithms.md)
+     * did not show another algorithm ahead consistently enough to switch. */
+    if (may)
+        may[PLAIT_ALGO_RING] = 1;
+    (void)coll;
+    return PLAIT_ALGO_RING;
+}
+
+int plait_algo_connects(int nranks, int radix, const uint8_t choice[PLAIT_COLL_COUNT], int a, int b)
 {
     if (a == b)
         return 0;
-    int peers[256];
-    for (int i = 0; i < PLAIT_ALGO_COUNT; i++) {
-        int n = plait_algorithms[i].peers(nranks, a, radix, peers, 256);
-        for (int j = 0; j < n; j++)
-            if (peers[j] == b)
-                return 1;
-        n = plait_algorithms[i].peers(nranks, b, radix, peers, 256);
-        for (int j = 0; j < n; j++)
-            if (peers[j] == a)
-                return 1;
+    uint8_t may[PLAIT_ALGO_COUNT] = {0};
+    for (int c = 0; c < PLAIT_COLL_COUNT; c++) {
+        if (choice && choice[c] != PLAIT_ALGO_AUTO)
+            may[choice[c]] = 1;
+        default_rule(c, UINT64_MAX, nranks, 0, may);
     }
-    return 0;
+    int stack_peers[256];
+    int *peers = nranks <= 256 ? stack_peers : malloc(sizeof(int) * (size_t)nranks);
+    if (!peers)
+        return 1; /* connecting too much costs memory; too little fails calls */
+    int found = 0;
+    for (int i = 0; i < PLAIT_ALGO_COUNT && !found; i++) {
+        if (!may[i])
+            continue;
+        int n = plait_algorithms[i].peers(nranks, a, radix, peers, nranks);
+        for (int j = 0; j < n && !found; j++)
+            found = peers[j] == b;
+        n = plait_algorithms[i].peers(nranks, b, radix, peers, nranks);
+        for (int j = 0; j < n && !found; j++)
+            found = peers[j] == a;
+    }
+    if (peers != stack_peers)
+        free(peers);
+    return found;
 }
 
-const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks,
+const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks, int nhosts,
                                                 const uint8_t choice[PLAIT_COLL_COUNT])
 {
     int forced = coll >= 0 && coll < PLAIT_COLL_COUNT ? choice[coll] : PLAIT_ALGO_AUTO;
     if (forced != PLAIT_ALGO_AUTO && plait_algorithms[forced].supports(coll, nranks))
         return &plait_algorithms[forced];
-    /* Default rule until the cost model replaces it: the ring. Alternating
-     * measurements on the 2-core machine (docs/algorithms.md) did not show the
-     * tree or Bruck ahead consistently enough to switch by size: the tree wins
-     * small broadcasts on 3-4 ranks and loses them on 8 oversubscribed ranks,
-     * and Bruck, one step per block, takes as many steps as the ring. */
-    (void)bytes;
-    return &plait_algorithms[PLAIT_ALGO_RING];
+    int id = default_rule(coll, bytes, nranks, nhosts, NULL);
+    if (!plait_algorithms[id].supports(coll, nranks))
+        id = PLAIT_ALGO_RING;
+    return &plait_algorithms[id];
 }

@@ -9,7 +9,21 @@
 #include "plait.h"
 #include "schedule.h"
 
-enum plait_algo_id { PLAIT_ALGO_AUTO = 0, PLAIT_ALGO_RING = 1, PLAIT_ALGO_TREE = 2, PLAIT_ALGO_BRUCK = 3, PLAIT_ALGO_COUNT };
+enum plait_algo_id {
+    PLAIT_ALGO_AUTO = 0,
+    PLAIT_ALGO_RING,          /* ring.c */
+    PLAIT_ALGO_TREE,          /* tree.c (k-nomial broadcast/reduce), dbtree.c (double binary tree allreduce) */
+    PLAIT_ALGO_BRUCK,         /* bruck.c (allgather), bruck_alltoall.c */
+    PLAIT_ALGO_RECURSIVE,     /* recursive.c: halving/doubling (Rabenseifner) */
+    PLAIT_ALGO_PAT,           /* pat.c */
+    PLAIT_ALGO_HIER,          /* hier.c: two-level, node-aware */
+    PLAIT_ALGO_ONESHOT,       /* direct.c */
+    PLAIT_ALGO_TWOSHOT,       /* direct.c */
+    PLAIT_ALGO_PAIRWISE,      /* pairwise.c: alltoall */
+    PLAIT_ALGO_LINEAR,        /* linear.c: gather, scatter */
+    PLAIT_ALGO_DISSEMINATION, /* dissemination.c: barrier */
+    PLAIT_ALGO_COUNT
+};
 
 struct plait_algorithm {
     int id;
@@ -21,10 +35,14 @@ struct plait_algorithm {
      * algorithm can serve (any root, any size): the connections made at init.
      * Returns how many it wrote (at most max). */
     int (*peers)(int nranks, int rank, int radix, int *out, int max);
+    /* Elements of SCRATCH the call needs on args->rank (NULL: none). */
+    plait_scratch_fn scratch;
 };
 
-/* Whether any algorithm of the table exchanges between a and b (symmetric). */
-int plait_algo_connects(int nranks, int radix, int a, int b);
+/* Whether an algorithm that may run on this communicator (forced in choice, or
+ * one the default rule can pick for nranks) exchanges between a and b
+ * (symmetric): the channel connections made at init. */
+int plait_algo_connects(int nranks, int radix, const uint8_t choice[PLAIT_COLL_COUNT], int a, int b);
 
 /* Indexed by enum plait_algo_id (entry 0, "auto", has no generator). */
 extern const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT];
@@ -45,7 +63,28 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
 /* The generator for a call: the forced choice if any, else the default rule.
  * `bytes` is count x element size (per rank for allgather). Deterministic in its
  * arguments, so every rank chooses the same. */
-const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks,
+const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks, int nhosts,
                                                 const uint8_t choice[PLAIT_COLL_COUNT]);
+
+/* Each algorithm's entry points, in its own file (see the enum). */
+#define PLAIT_ALGO_DECLARE(x)                                                                                      \
+    int plait_##x##_supports(int coll, int nranks);                                                               \
+    int plait_##x##_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out); \
+    int plait_##x##_peers(int nranks, int rank, int radix, int *out, int max);                                    \
+    uint64_t plait_##x##_scratch(const struct plait_sched_args *args);
+PLAIT_ALGO_DECLARE(tree)
+PLAIT_ALGO_DECLARE(recursive)
+PLAIT_ALGO_DECLARE(pat)
+PLAIT_ALGO_DECLARE(hier)
+PLAIT_ALGO_DECLARE(oneshot)
+PLAIT_ALGO_DECLARE(twoshot)
+PLAIT_ALGO_DECLARE(pairwise)
+PLAIT_ALGO_DECLARE(linear)
+PLAIT_ALGO_DECLARE(dissemination)
+/* Bruck: allgather (bruck.c) and alltoall (bruck_alltoall.c) share one entry. */
+int plait_bruck_alltoall_supports(int nranks);
+int plait_bruck_alltoall_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+uint64_t plait_bruck_alltoall_scratch(const struct plait_sched_args *args);
+uint64_t plait_bruck_scratch(const struct plait_sched_args *args);
 
 #endif

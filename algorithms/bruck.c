@@ -13,7 +13,7 @@
  *                   holds {0..3}; d=4: send 0 -> 1, get 4 from 4.
  *
  * The peers of rank r are r +- 2^k (mod n). */
-#include "schedule.h"
+#include "algorithms.h"
 
 int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
@@ -65,4 +65,10 @@ int plait_bruck_peers(int nranks, int rank, int radix, int *out, int max)
     (void)radix;
     /* rank +- 2^i: the peers of a binomial tree */
     return plait_knomial_peers(nranks, rank, 2, out, max);
+}
+
+uint64_t plait_bruck_scratch(const struct plait_sched_args *a)
+{
+    (void)a;
+    return 0;
 }

@@ -13,17 +13,22 @@
  *   s = n-1        recv chunk r, reduce, write output (post-op), send
  *   n-1 < s < 2n-2 recv chunk r-s+n-1, write output, send
  *   s = 2n-2       recv chunk r+1, write output
- * so rank r finalises chunk r and every chunk visits every rank. */
+ * so rank r finalises chunk r and every chunk visits every rank.
+ *
+ * Each channel's ring follows its rank order (args->order; the identity when
+ * none): "r" above is the rank's place in that order, its neighbours are the
+ * ranks at the places before and after it, and a reducescatter/allgather block
+ * is still the block of the rank that owns it. */
 #include "schedule.h"
 
-static int ring_next(const struct plait_sched_args *a)
+static int ring_next(const struct plait_sched_args *a, int ch)
 {
-    return (a->rank + 1) % a->nranks;
+    return plait_sched_at(a, ch, (plait_sched_pos(a, ch, a->rank) + 1) % a->nranks);
 }
 
-static int ring_prev(const struct plait_sched_args *a)
+static int ring_prev(const struct plait_sched_args *a, int ch)
 {
-    return (a->rank + a->nranks - 1) % a->nranks;
+    return plait_sched_at(a, ch, (plait_sched_pos(a, ch, a->rank) + a->nranks - 1) % a->nranks);
 }
 
 static uint64_t umin(uint64_t a, uint64_t b)
@@ -31,14 +36,14 @@ static uint64_t umin(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
-static void step_init(struct plait_step *st, int kind, const struct plait_sched_args *a)
+static void step_init(struct plait_step *st, int kind, const struct plait_sched_args *a, int ch)
 {
     st->kind = (uint8_t)kind;
     st->src_buf = PLAIT_BUF_INPUT;
     st->dst_buf = PLAIT_BUF_OUTPUT;
     st->flags = 0;
-    st->send_peer = ring_next(a);
-    st->recv_peer = ring_prev(a);
+    st->send_peer = ring_next(a, ch);
+    st->recv_peer = ring_prev(a, ch);
     st->src_off = 0;
     st->dst_off = 0;
     st->count = 0;
@@ -51,7 +56,7 @@ static int single_rank_step(const struct plait_sched_args *a, int channel, uint6
     if (idx > 0)
         return 0;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    step_init(out, PLAIT_STEP_COPY, a);
+    step_init(out, PLAIT_STEP_COPY, a, channel);
     out->src_off = lo;
     out->dst_off = lo;
     out->count = hi - lo;
@@ -63,7 +68,7 @@ static int single_rank_step(const struct plait_sched_args *a, int channel, uint6
 static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     const uint64_t n = (uint64_t)a->nranks;
-    const uint64_t r = (uint64_t)a->rank;
+    const uint64_t r = (uint64_t)plait_sched_pos(a, channel, a->rank);
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     const uint64_t per_iter = n * a->chunk_elems;
@@ -101,7 +106,7 @@ static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_
     } else {
         kind = PLAIT_STEP_RECV;
     }
-    step_init(out, kind, a);
+    step_init(out, kind, a, channel);
     out->flags = (uint8_t)flags;
     out->src_off = base + k_lo;
     out->dst_off = base + k_lo;
@@ -115,6 +120,7 @@ static int blocked_step(const struct plait_sched_args *a, int channel, uint64_t 
 {
     const uint64_t n = (uint64_t)a->nranks;
     const uint64_t r = (uint64_t)a->rank;
+    const uint64_t p = (uint64_t)plait_sched_pos(a, channel, a->rank);
     const int is_gather = a->coll == PLAIT_COLL_ALLGATHER;
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
@@ -129,22 +135,22 @@ static int blocked_step(const struct plait_sched_args *a, int channel, uint64_t 
 
     if (is_gather) {
         if (s == 0) {
-            step_init(out, PLAIT_STEP_COPY, a);
+            step_init(out, PLAIT_STEP_COPY, a, channel);
             out->src_off = base;
             out->dst_off = r * a->count + base;
         } else if (s == 1) {
-            step_init(out, PLAIT_STEP_SEND, a);
+            step_init(out, PLAIT_STEP_SEND, a, channel);
             out->src_off = base;
         } else {
-            const uint64_t k = (r + n - (s - 1)) % n;
-            step_init(out, s < n ? PLAIT_STEP_RECV_COPY_SEND : PLAIT_STEP_RECV, a);
+            const uint64_t k = (uint64_t)plait_sched_at(a, channel, (int)((p + n - (s - 1)) % n));
+            step_init(out, s < n ? PLAIT_STEP_RECV_COPY_SEND : PLAIT_STEP_RECV, a, channel);
             out->dst_off = k * a->count + base;
         }
         out->count = len;
         return 1;
     }
 
-    const uint64_t k = (r + 2 * n - s - 1) % n;
+    const uint64_t k = (uint64_t)plait_sched_at(a, channel, (int)((p + 2 * n - s - 1) % n));
     int kind;
     unsigned flags = PLAIT_STEP_PRE;
     if (s == 0)
@@ -155,7 +161,7 @@ static int blocked_step(const struct plait_sched_args *a, int channel, uint64_t 
         kind = PLAIT_STEP_RECV_REDUCE_COPY;
         flags |= PLAIT_STEP_POST;
     }
-    step_init(out, kind, a);
+    step_init(out, kind, a, channel);
     out->flags = (uint8_t)flags;
     out->src_off = k * a->count + base;
     out->dst_off = base;
@@ -171,8 +177,9 @@ static int chain_step(const struct plait_sched_args *a, int channel, uint64_t id
     const int is_bcast = a->coll == PLAIT_COLL_BROADCAST;
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t pos = is_bcast ? ((uint64_t)a->rank + n - (uint64_t)a->root) % n
-                                  : ((uint64_t)a->rank + 2 * n - (uint64_t)a->root - 1) % n;
+    const uint64_t me = (uint64_t)plait_sched_pos(a, channel, a->rank);
+    const uint64_t rootp = (uint64_t)plait_sched_pos(a, channel, a->root);
+    const uint64_t pos = is_bcast ? (me + n - rootp) % n : (me + 2 * n - rootp - 1) % n;
     /* the broadcast root also copies its input to its output */
     const uint64_t steps = (is_bcast && pos == 0) ? 2 : 1;
     const uint64_t iter = idx / steps;
@@ -200,7 +207,7 @@ static int chain_step(const struct plait_sched_args *a, int channel, uint64_t id
             flags |= PLAIT_STEP_POST;
         }
     }
-    step_init(out, kind, a);
+    step_init(out, kind, a, channel);
     out->flags = (uint8_t)flags;
     out->src_off = base;
     out->dst_off = base;

@@ -44,12 +44,20 @@ enum plait_step_kind {
      * have. The data sent does not depend on the data received (exchanges:
      * Bruck, recursive doubling). */
     PLAIT_STEP_SENDRECV,
+    /* Local, whole: dst = post(pre(src) OP dst) (accumulates src into dst;
+     * the reduce_local of the literature). */
+    PLAIT_STEP_REDUCE,
+    /* Like SENDRECV, but the receive half reduces what arrives into dst:
+     * dst = post(dst OP recv). The send half sends src unchanged. Only the POST
+     * flag is allowed (PRE: apply it with a COPY first). Recursive halving. */
+    PLAIT_STEP_SENDRECV_REDUCE,
     PLAIT_STEP_KINDS
 };
 
 /* Buffers a step reads or writes. SCRATCH is a per-operation buffer of the
- * executor's (size given by the generator); no generator uses it yet and the CPU
- * executor does not provide it yet. */
+ * executor's, of the size the algorithm's scratch() function asks for (in
+ * elements, per rank, for all channels together); its content is undefined until
+ * a step writes it. */
 enum plait_buf { PLAIT_BUF_INPUT = 0, PLAIT_BUF_OUTPUT = 1, PLAIT_BUF_SCRATCH = 2 };
 
 /* Step flags: how the reduction treats the data (see reduce.h). */
@@ -79,7 +87,31 @@ struct plait_sched_args {
     uint64_t chunk_elems;  /* elements per step per rank-chunk (a multiple of align_elems) */
     uint64_t align_elems;  /* elements in 16 bytes (chunk boundaries are 16-byte aligned) */
     int radix;             /* tree radix for k-nomial trees (0 or 2: binomial) */
+    /* The node map: host index (0..nhosts-1, dense, in order of first rank) and
+     * index among its host's ranks, per rank. NULL: every rank on one host. */
+    int nhosts;
+    const int32_t *host_of;
+    const int32_t *local_of;
+    /* Per channel, the ring order: order[channel * nranks + i] is the i-th rank
+     * of the ring and pos[channel * nranks + r] the place of rank r in it. NULL:
+     * the identity (until topology search supplies orders). */
+    const int32_t *order;
+    const int32_t *pos;
 };
+
+/* The place of `rank` in channel's ring order, and the rank at place i. */
+static inline int plait_sched_pos(const struct plait_sched_args *a, int channel, int rank)
+{
+    return a->pos ? a->pos[(long)channel * a->nranks + rank] : rank;
+}
+
+static inline int plait_sched_at(const struct plait_sched_args *a, int channel, int i)
+{
+    return a->order ? a->order[(long)channel * a->nranks + i] : i;
+}
+
+/* Elements of SCRATCH an algorithm needs on args->rank (for every channel). */
+typedef uint64_t (*plait_scratch_fn)(const struct plait_sched_args *args);
 
 /* Step `idx` of `channel` on args->rank. Returns 1 and fills *out when that step
  * exists, 0 when the channel's schedule has fewer steps. */

@@ -18,7 +18,7 @@
  *
  * Over all roots, rank r talks only to r +- j*k^i (mod n), j < k: the
  * connections it needs are O((k-1) log_k n), whatever the root. */
-#include "schedule.h"
+#include "algorithms.h"
 
 #define TREE_MAX_CHILDREN 128
 
@@ -122,4 +122,27 @@ int plait_knomial_peers(int nranks, int rank, int radix, int *out, int max)
             plait_peers_add_distance(nranks, rank, d, out, &cnt, max);
         }
     return cnt;
+}
+
+/* The "tree" entry of the table. */
+int plait_tree_supports(int coll, int nranks)
+{
+    (void)nranks;
+    return coll == PLAIT_COLL_BROADCAST;
+}
+
+int plait_tree_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return plait_knomial_step(a, channel, idx, out);
+}
+
+int plait_tree_peers(int nranks, int rank, int radix, int *out, int max)
+{
+    return plait_knomial_peers(nranks, rank, radix, out, max);
+}
+
+uint64_t plait_tree_scratch(const struct plait_sched_args *a)
+{
+    (void)a;
+    return 0;
 }

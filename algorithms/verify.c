@@ -156,6 +156,8 @@ struct vctx {
     int n, nch, coll, root, max_reports;
     uint64_t count, P, S, max_steps;
     int is_inplace;
+    uint64_t *scratch_size; /* per rank (NULL: no scratch) */
+    int32_t *nodemap;       /* host_of then local_of, built from ranks_per_node */
 
     struct vnode *nodes;
     size_t nnodes, nodes_cap;
@@ -201,7 +203,7 @@ const char *plait_step_kind_name(int kind)
 {
     static const char *const names[PLAIT_STEP_KINDS] = {
         "SEND", "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "COPY",
-        "SENDRECV",
+        "SENDRECV", "REDUCE", "SENDRECV_REDUCE",
     };
     return kind >= 0 && kind < PLAIT_STEP_KINDS ? names[kind] : "invalid";
 }
@@ -214,25 +216,33 @@ static const char *buf_name(int buf)
 /* The executor's classification of kinds (src/exec.c). */
 static int step_recvs(int kind)
 {
-    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY;
+    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY && kind != PLAIT_STEP_REDUCE;
 }
 
 static int step_sends(int kind)
 {
     return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_SENDRECV;
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_SENDRECV ||
+           kind == PLAIT_STEP_SENDRECV_REDUCE;
+}
+
+static int is_sendrecv(int kind)
+{
+    return kind == PLAIT_STEP_SENDRECV || kind == PLAIT_STEP_SENDRECV_REDUCE;
 }
 
 static int step_reads_src(int kind)
 {
     return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_SENDRECV;
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY || is_sendrecv(kind) ||
+           kind == PLAIT_STEP_REDUCE;
 }
 
 static int step_writes_dst(int kind)
 {
     return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_SENDRECV;
+           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY || is_sendrecv(kind) ||
+           kind == PLAIT_STEP_REDUCE;
 }
 
 static uint64_t umin(uint64_t a, uint64_t b)
@@ -596,7 +606,7 @@ static uint64_t buf_size(const struct vctx *c, int rank, int buf)
         return in_size(c, rank);
     if (buf == PLAIT_BUF_OUTPUT)
         return out_size(c, rank);
-    return UINT64_MAX; /* SCRATCH: its size is not part of the IR yet */
+    return c->scratch_size ? c->scratch_size[rank] : 0; /* SCRATCH: what the algorithm asked for */
 }
 
 /* Where a logical buffer lives: store 0 holds INPUT, 1 OUTPUT, 2 SCRATCH; an
@@ -1002,6 +1012,10 @@ static int step_check(struct vctx *c, struct task *t)
                "rank %d channel %d step %" PRIu64 " (%s): flags 0x%x (a SENDRECV moves data unchanged: it takes no "
                "PRE or POST)",
                rank, ch, t->idx, kind, st->flags);
+    else if (st->kind == PLAIT_STEP_SENDRECV_REDUCE && (st->flags & ~(unsigned)PLAIT_STEP_POST))
+        report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
+               "rank %d channel %d step %" PRIu64 " (%s): flags 0x%x (only POST: apply PRE with a COPY first)", rank,
+               ch, t->idx, kind, st->flags);
     else if (st->flags & ~(unsigned)(PLAIT_STEP_PRE | PLAIT_STEP_POST))
         report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
                "rank %d channel %d step %" PRIu64 " (%s): unknown flags 0x%x", rank, ch, t->idx, kind, st->flags);
@@ -1019,7 +1033,7 @@ static int step_check(struct vctx *c, struct task *t)
         uint64_t as, ad;
         int ss = resolve(c, rank, st->src_buf, &as), sd = resolve(c, rank, st->dst_buf, &ad);
         uint64_t s0 = st->src_off + as, d0 = st->dst_off + ad;
-        if (st->kind == PLAIT_STEP_SENDRECV) {
+        if (is_sendrecv(st->kind)) {
             /* its halves run concurrently: what is sent must not be what is
              * being received, not even in place */
             if (ss == sd && s0 < d0 + st->count && d0 < s0 + st->count)
@@ -1094,6 +1108,18 @@ static void step_copy(struct vctx *c, struct task *t)
     buf_read(c, t, st->src_buf, st->src_off, st->count, &c->la);
     apply_flags(c, &c->la, st->flags);
     buf_write(c, t, st->dst_buf, st->dst_off, st->count, &c->la);
+}
+
+/* A REDUCE step, whole: dst = post(pre(src) OP dst). */
+static void step_reduce(struct vctx *c, struct task *t)
+{
+    const struct plait_step *st = &t->st;
+    if (st->count == 0)
+        return;
+    buf_read(c, t, st->src_buf, st->src_off, st->count, &c->la);
+    buf_read(c, t, st->dst_buf, st->dst_off, st->count, &c->lb);
+    reduce_local(c, &c->la, &c->lb, st->flags, &c->lr);
+    buf_write(c, t, st->dst_buf, st->dst_off, st->count, &c->lr);
 }
 
 /* Moves `len` elements (nfull pieces of P, then one of `last`) of the current
@@ -1201,7 +1227,14 @@ static int sendrecv_run(struct vctx *c, struct task *t)
                 if (!match_prefix(c, t, fin, t->rdone, &len, &nfull, &last))
                     return -1;
                 fifo_pop(c, fin, len, nfull + (last ? 1 : 0), &c->lb);
-                buf_write(c, t, st->dst_buf, st->dst_off + t->rdone, len, &c->lb);
+                if (st->kind == PLAIT_STEP_SENDRECV_REDUCE) {
+                    /* dst = post(dst OP received) */
+                    buf_read(c, t, st->dst_buf, st->dst_off + t->rdone, len, &c->la);
+                    reduce_local(c, &c->la, &c->lb, st->flags & PLAIT_STEP_POST, &c->lr);
+                    buf_write(c, t, st->dst_buf, st->dst_off + t->rdone, len, &c->lr);
+                } else {
+                    buf_write(c, t, st->dst_buf, st->dst_off + t->rdone, len, &c->lb);
+                }
                 t->rdone += len;
                 c->res->batches++;
                 wake(c, st->recv_peer, task_ch(c, t)); /* credit for it */
@@ -1250,13 +1283,16 @@ static void task_run(struct vctx *c, struct task *t)
             }
         }
         const struct plait_step *st = &t->st;
-        if (st->kind == PLAIT_STEP_COPY) {
-            step_copy(c, t);
+        if (st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE) {
+            if (st->kind == PLAIT_STEP_COPY)
+                step_copy(c, t);
+            else
+                step_reduce(c, t);
             t->has_step = 0;
             t->idx++;
             continue;
         }
-        if (st->kind == PLAIT_STEP_SENDRECV && st->count) {
+        if (is_sendrecv(st->kind) && st->count) {
             const int r = sendrecv_run(c, t);
             if (r < 0) /* failed (a mismatch, reported) or out of memory */
                 return;
@@ -1660,7 +1696,7 @@ static int half_pending(const struct task *p, int is_send)
 {
     if (!p->has_step)
         return 0;
-    if (p->st.kind == PLAIT_STEP_SENDRECV && !is_send)
+    if (is_sendrecv(p->st.kind) && !is_send)
         return p->rdone < p->st.count;
     return p->done < p->st.count;
 }
@@ -1687,11 +1723,12 @@ enum { C_NONE = 0, C_NO_SEND, C_NO_RECV, C_PEER_FAILED };
 
 static void task_where(const struct vctx *c, const struct task *t, char *buf, size_t len)
 {
-    if (t->st.kind == PLAIT_STEP_SENDRECV)
+    if (is_sendrecv(t->st.kind))
         snprintf(buf, len,
-                 "rank %d channel %d step %" PRIu64 " (SENDRECV, %" PRIu64 " of %" PRIu64 " elements sent, %" PRIu64
+                 "rank %d channel %d step %" PRIu64 " (%s, %" PRIu64 " of %" PRIu64 " elements sent, %" PRIu64
                  " received)",
-                 task_rank(c, t), task_ch(c, t), t->idx, t->done, t->st.count, t->rdone);
+                 task_rank(c, t), task_ch(c, t), t->idx, plait_step_kind_name(t->st.kind), t->done, t->st.count,
+                 t->rdone);
     else
         snprintf(buf, len, "rank %d channel %d step %" PRIu64 " (%s, %" PRIu64 " of %" PRIu64 " elements done)",
                  task_rank(c, t), task_ch(c, t), t->idx, plait_step_kind_name(t->st.kind), t->done, t->st.count);
@@ -2039,6 +2076,8 @@ static void ctx_free(struct vctx *c)
     free(c->lr.v);
     free(c->tmp.v);
     free(c->rank_cnt);
+    free(c->scratch_size);
+    free(c->nodemap);
     free(c->peerbuf);
     free(c->leaves);
     free(c->stack);
@@ -2107,6 +2146,32 @@ plait_result_t plait_sched_verify(const struct plait_verify_config *cfg, struct 
         c->oom = 1;
         goto out;
     }
+    /* The node map: the caller's, else ranks_per_node consecutive ranks per host. */
+    if (!c->args.host_of && cfg->ranks_per_node > 0) {
+        if (!(c->nodemap = malloc(sizeof(int32_t) * 2 * (size_t)c->n))) {
+            c->oom = 1;
+            goto out;
+        }
+        for (int r = 0; r < c->n; r++) {
+            c->nodemap[r] = r / cfg->ranks_per_node;
+            c->nodemap[c->n + r] = r % cfg->ranks_per_node;
+        }
+        c->args.nhosts = (c->n + cfg->ranks_per_node - 1) / cfg->ranks_per_node;
+        c->args.host_of = c->nodemap;
+        c->args.local_of = c->nodemap + c->n;
+    } else if (!c->args.host_of) {
+        c->args.nhosts = 1;
+    }
+    if (cfg->scratch) {
+        if (!(c->scratch_size = malloc(sizeof(uint64_t) * (size_t)c->n))) {
+            c->oom = 1;
+            goto out;
+        }
+        for (int r = 0; r < c->n; r++) {
+            c->args.rank = r;
+            c->scratch_size[r] = cfg->scratch(&c->args);
+        }
+    }
     c->poison = node_new(c, NODE_POISON, 0, 0, 0);
     init_inputs(c);
     for (int i = 0; i < c->ntasks; i++) {
@@ -2151,6 +2216,8 @@ plait_result_t plait_sched_verify(const struct plait_verify_config *cfg, struct 
     *out = res;
     memset(&res, 0, sizeof(res));
 out:
+    if (c->oom && !status)
+        status = plait_error(PLAIT_ERR_SYSTEM, "plait_sched_verify: out of memory");
     plait_verify_result_free(&res);
     ctx_free(c);
     return status;

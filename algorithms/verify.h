@@ -54,7 +54,13 @@ struct plait_verify_config {
     struct plait_sched_args args;
     uint64_t piece_elems;          /* elements per FIFO slot (slot_bytes / element size), >= 1 */
     uint32_t fifo_slots;           /* FIFO depth per connection and direction, >= 1 */
-    int ranks_per_node;            /* node shape for hierarchical generators; 0 = one node (unused by the ring) */
+    /* The node map handed to the generator: args.host_of/local_of/nhosts when the
+     * caller sets them, else ranks_per_node consecutive ranks per host (0: one
+     * host). args.order/pos (ring orders) are handed on as they are. */
+    int ranks_per_node;
+    /* SCRATCH per rank, as the algorithm's scratch() (NULL: none; a step that
+     * touches SCRATCH is then out of bounds). */
+    plait_scratch_fn scratch;
     int max_reports;               /* findings kept with their text (counts are always complete); 0 = 32 */
     int is_inplace;                /* sendbuff and recvbuff alias as in NCCL's in-place calls */
     uint64_t max_steps;            /* stop (a LIMIT finding) after this many steps in all; 0 = 2^30 */

@@ -138,7 +138,7 @@ int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls
     if (cls == comm->ncls - 1)
         return 1;
     /* ring channels join the peers any algorithm of the table may use */
-    return plait_algo_connects(comm->nranks, comm->set.tree_radix, rank, peer);
+    return plait_algo_connects(comm->nranks, comm->set.tree_radix, comm->set.algo, rank, peer);
 }
 
 const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len)
@@ -279,6 +279,8 @@ static void comm_release(struct plait_comm *comm)
     free(comm->conns);
     free(comm->tp_of);
     free(comm->ranks);
+    free(comm->host_of);
+    comm->host_of = NULL;
     comm->bs = NULL;
     comm->pidfds = NULL;
     comm->peer_ops = NULL;
@@ -421,7 +423,8 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     comm->tp_of = calloc((size_t)n, 1);
     comm->pidfds = malloc(sizeof(int) * (size_t)n);
     comm->peer_ops = calloc((size_t)n, sizeof(*comm->peer_ops));
-    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_ops) {
+    comm->host_of = calloc((size_t)n * 2, sizeof(int32_t));
+    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_ops || !comm->host_of) {
         status = plait_error(PLAIT_ERR_SYSTEM, "init: out of memory for %d ranks", n);
         goto out;
     }
@@ -466,6 +469,8 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
             h = comm->nhosts++;
         comm->ranks[p].host_index = h;
         comm->ranks[p].local_rank = local;
+        comm->host_of[p] = h;
+        comm->host_of[n + p] = local;
     }
     comm->host_index = comm->ranks[me].host_index;
     comm->local_rank = comm->ranks[me].local_rank;

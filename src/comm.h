@@ -45,6 +45,7 @@ struct plait_comm {
     int host_index;
     int local_rank;
     int nlocal;
+    int32_t *host_of;       /* node map for the generators: host index per rank, then local index per rank */
     int spin_ns;            /* how long a waiter polls before yielding the core */
 
     /* connections: conns[peer * ncls + cls]; NULL where none */
@@ -115,6 +116,7 @@ struct plait_op {
     char *recvbuff;
     size_t esize;
     struct plait_red red;
+    char *scratch;           /* SCRATCH of the op's algorithm (NULL when it needs none) */
     uint64_t seq;
     struct plait_sched_args args;
     int ntasks;

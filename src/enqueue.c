@@ -78,6 +78,7 @@ void plait_op_free_list(struct plait_op *ops)
 {
     while (ops) {
         struct plait_op *next = ops->next;
+        free(ops->scratch);
         free(ops);
         ops = next;
     }
@@ -95,6 +96,11 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->nchannels = comm->nchannels;
     a->align_elems = 16 / op->esize;
     a->radix = comm->set.tree_radix;
+    a->nhosts = comm->nhosts;
+    a->host_of = comm->host_of;
+    a->local_of = comm->host_of + comm->nranks;
+    a->order = NULL; /* identity rings until topology search supplies orders */
+    a->pos = NULL;
     /* A ring step both receives and sends, one slot each per piece: if a step's
      * chunk could fill the whole FIFO, two neighbours could each hold every slot
      * of the other and wait forever. A chunk of at most half the FIFO leaves
@@ -124,7 +130,17 @@ static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *nam
         plait_red_init(&op->red, dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
     sched_args(op, count, root);
     const uint64_t bytes = (uint64_t)count * op->esize;
-    const struct plait_algorithm *algo = plait_algo_select(coll, bytes, comm->nranks, comm->set.algo);
+    const struct plait_algorithm *algo =
+        plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo);
+    if (algo->scratch) {
+        const uint64_t elems = algo->scratch(&op->args);
+        if (elems > 0 && !(op->scratch = malloc((size_t)(elems * op->esize)))) {
+            const unsigned long long bytes_wanted = (unsigned long long)(elems * op->esize);
+            free(op);
+            return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %llu bytes of %s scratch", name, bytes_wanted,
+                               algo->name);
+        }
+    }
     for (int c = 0; c < comm->nchannels; c++) {
         struct plait_task *t = &op->tasks[op->ntasks++];
         t->op = op;

@@ -37,7 +37,7 @@ static inline void cpu_relax(void)
 
 static int step_recvs(int kind)
 {
-    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY;
+    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY && kind != PLAIT_STEP_REDUCE;
 }
 
 static int step_sends(int kind)
@@ -48,7 +48,7 @@ static int step_sends(int kind)
 
 static const char *buf_ptr(const struct plait_op *op, int which)
 {
-    return which == PLAIT_BUF_INPUT ? op->sendbuff : op->recvbuff;
+    return which == PLAIT_BUF_INPUT ? op->sendbuff : which == PLAIT_BUF_OUTPUT ? op->recvbuff : op->scratch;
 }
 
 static plait_result_t peer_gone_error(const struct plait_task *t, int peer, const char *what)
@@ -149,7 +149,11 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
             *err = size_mismatch(t, st->recv_peer, got, (size_t)(n * es));
             return ADV_ERROR;
         }
-        memcpy((char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->recv_off) * es, in, (size_t)n * es);
+        char *dst = (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->recv_off) * es;
+        if (st->kind == PLAIT_STEP_SENDRECV_REDUCE)
+            plait_reduce_apply(&op->red, dst, dst, in, (size_t)n, st->flags & PLAIT_STEP_POST);
+        else
+            memcpy(dst, in, (size_t)n * es);
         plait_conn_recv_release(rc);
         t->recv_off += n;
         moved = 1;
@@ -174,7 +178,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             t->recv_off = 0;
         }
         struct plait_step *st = &t->step;
-        if (st->kind == PLAIT_STEP_SENDRECV) {
+        if (st->kind == PLAIT_STEP_SENDRECV || st->kind == PLAIT_STEP_SENDRECV_REDUCE) {
             int done = 0;
             int r = st->count > 0 ? sendrecv_advance(t, &done, err) : (done = 1, ADV_PROGRESSED);
             if (r == ADV_ERROR)
@@ -195,6 +199,16 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 else
                     memcpy(dst, src, st->count * es);
             }
+            t->has_step = 0;
+            t->step_idx++;
+            progressed = 1;
+            continue;
+        }
+        if (st->kind == PLAIT_STEP_REDUCE) {
+            if (st->count > 0)
+                plait_reduce_apply(&op->red, (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es,
+                                   buf_ptr(op, st->src_buf) + st->src_off * es,
+                                   buf_ptr(op, st->dst_buf) + st->dst_off * es, st->count, st->flags);
             t->has_step = 0;
             t->step_idx++;
             progressed = 1;

@@ -202,9 +202,16 @@ static int ring_skip_reduce(const struct plait_sched_args *a, int channel, uint6
     return 1;
 }
 
+static uint64_t scratch_1000(const struct plait_sched_args *a)
+{
+    (void)a;
+    return 1000;
+}
+
 Test(verify, missing_contribution_reported)
 {
     struct plait_verify_config cfg = config(ring_skip_reduce, PLAIT_COLL_ALLREDUCE, 4, 1000, 1, 16, 4, 32, 4);
+    cfg.scratch = scratch_1000;
     struct plait_verify_result r = run(&cfg);
     dump(&r);
     cr_assert(!r.is_ok);
@@ -407,9 +414,16 @@ static int reads_scratch_first(const struct plait_sched_args *a, int channel, ui
     return 1;
 }
 
+static uint64_t scratch_96(const struct plait_sched_args *a)
+{
+    (void)a;
+    return 96;
+}
+
 Test(verify, scratch_read_before_write_reported)
 {
     struct plait_verify_config cfg = config(reads_scratch_first, PLAIT_COLL_ALLREDUCE, 3, 96, 1, 16, 4, 32, 4);
+    cfg.scratch = scratch_96;
     struct plait_verify_result r = run(&cfg);
     dump(&r);
     cr_assert(!r.is_ok);
@@ -1018,4 +1032,154 @@ Test(verify, sendrecv_bad_reads_and_steps_reported)
     cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_STEP, "rank 2 channel 0 step 2 (SENDRECV): OUTPUT[40, +40) and "
                                                      "OUTPUT[40, +40) overlap"));
     plait_verify_result_free(&r);
+}
+
+/* ---------------------------------------------------------------- REDUCE, SENDRECV_REDUCE, SCRATCH, orders */
+
+/* Two ranks, recursive halving then doubling: a PRE copy into OUTPUT, one
+ * SENDRECV_REDUCE (keep my half, send the other), one SENDRECV (swap halves). */
+static int halving_2(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    (void)channel;
+    const uint64_t h = a->count / 2, mine = a->rank == 0 ? 0 : h, other = a->rank == 0 ? h : 0;
+    const uint64_t mine_n = a->rank == 0 ? h : a->count - h, other_n = a->count - mine_n;
+    memset(out, 0, sizeof(*out));
+    out->send_peer = out->recv_peer = 1 - a->rank;
+    out->src_buf = out->dst_buf = PLAIT_BUF_OUTPUT;
+    if (idx == 0) {
+        out->kind = PLAIT_STEP_COPY;
+        out->src_buf = PLAIT_BUF_INPUT;
+        out->flags = PLAIT_STEP_PRE;
+        out->count = a->count;
+        return 1;
+    }
+    if (idx > 2)
+        return 0;
+    /* both halves of a SENDRECV move the same count: the halves are equal here */
+    out->kind = idx == 1 ? PLAIT_STEP_SENDRECV_REDUCE : PLAIT_STEP_SENDRECV;
+    out->flags = idx == 1 ? PLAIT_STEP_POST : 0;
+    out->count = mine_n < other_n ? mine_n : other_n;
+    out->src_off = idx == 1 ? other : mine;
+    out->dst_off = idx == 1 ? mine : other;
+    return 1;
+}
+
+Test(verify, sendrecv_reduce_halving_verifies)
+{
+    for (int inplace = 0; inplace < 2; inplace++)
+        for (uint64_t count = 0; count <= 64; count += 16) {
+            struct plait_verify_config cfg = config(halving_2, PLAIT_COLL_ALLREDUCE, 2, count, 1, 4, 1, 4, 4);
+            cfg.is_inplace = inplace;
+            expect_ok(&cfg);
+        }
+}
+
+/* The same with PRE on the SENDRECV_REDUCE: a bad step (PRE belongs on a copy). */
+static int halving_2_pre(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    int r = halving_2(a, channel, idx, out);
+    if (r && idx == 1)
+        out->flags |= PLAIT_STEP_PRE;
+    return r;
+}
+
+Test(verify, sendrecv_reduce_pre_rejected)
+{
+    struct plait_verify_config cfg = config(halving_2_pre, PLAIT_COLL_ALLREDUCE, 2, 32, 1, 4, 2, 4, 4);
+    struct plait_verify_result r = run(&cfg);
+    cr_expect(!r.is_ok);
+    cr_expect(r.counts[PLAIT_VERIFY_BAD_STEP] >= 1);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_BAD_STEP, "only POST"));
+    plait_verify_result_free(&r);
+}
+
+/* One-shot on two ranks: swap inputs into SCRATCH, then reduce in rank order
+ * with REDUCE steps (so both ranks compute x0 OP x1 the same way). */
+static int oneshot_2(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    (void)channel;
+    memset(out, 0, sizeof(*out));
+    out->send_peer = out->recv_peer = 1 - a->rank;
+    out->count = a->count;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    const int scratch_first = a->rank == 1; /* the lower rank's data comes first */
+    switch (idx) {
+    case 0:
+        out->kind = PLAIT_STEP_SENDRECV;
+        out->src_buf = PLAIT_BUF_INPUT;
+        out->dst_buf = PLAIT_BUF_SCRATCH;
+        return 1;
+    case 1:
+        out->kind = PLAIT_STEP_COPY;
+        out->src_buf = scratch_first ? PLAIT_BUF_SCRATCH : PLAIT_BUF_INPUT;
+        out->flags = PLAIT_STEP_PRE;
+        return 1;
+    case 2:
+        out->kind = PLAIT_STEP_REDUCE;
+        out->src_buf = scratch_first ? PLAIT_BUF_INPUT : PLAIT_BUF_SCRATCH;
+        out->flags = PLAIT_STEP_PRE | PLAIT_STEP_POST;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static uint64_t scratch_count(const struct plait_sched_args *a)
+{
+    return a->count;
+}
+
+Test(verify, reduce_step_and_scratch_verify)
+{
+    struct plait_verify_config cfg = config(oneshot_2, PLAIT_COLL_ALLREDUCE, 2, 100, 1, 16, 2, 16, 4);
+    cfg.scratch = scratch_count;
+    expect_ok(&cfg);
+    /* without the scratch it asks for, the steps are out of bounds */
+    cfg.scratch = NULL;
+    struct plait_verify_result r = run(&cfg);
+    cr_expect(!r.is_ok);
+    cr_expect(r.counts[PLAIT_VERIFY_OUT_OF_BOUNDS] >= 1);
+    plait_verify_result_free(&r);
+    /* in place, rank 1 overwrites its input with rank 0's before reducing it */
+    cfg.scratch = scratch_count;
+    cfg.is_inplace = 1;
+    r = run(&cfg);
+    cr_expect(!r.is_ok);
+    cr_expect(r.counts[PLAIT_VERIFY_WRONG_OUTPUT] >= 1);
+    plait_verify_result_free(&r);
+}
+
+/* The ring follows per-channel rank orders: random permutations, every
+ * collective, two and three channels. */
+Test(verify, ring_follows_rank_orders)
+{
+    static const int ranks[] = {2, 3, 5, 8, 13};
+    uint64_t seed = 12345;
+    for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
+        const int n = ranks[ri], nch = 3;
+        int32_t order[3 * 13], pos[3 * 13];
+        for (int c = 0; c < nch; c++) {
+            for (int i = 0; i < n; i++)
+                order[c * n + i] = i;
+            for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                int j = (int)((seed >> 33) % (uint64_t)(i + 1));
+                int32_t t = order[c * n + i];
+                order[c * n + i] = order[c * n + j];
+                order[c * n + j] = t;
+            }
+            for (int i = 0; i < n; i++)
+                pos[c * n + order[c * n + i]] = i;
+        }
+        for (size_t ci = 0; ci < sizeof(all_colls) / sizeof(all_colls[0]); ci++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                struct plait_verify_config cfg =
+                    config(plait_ring_step, all_colls[ci], n, 1000, nch, 16, 4, clamp_chunk(1 << 20, 16, 4, 4), 4);
+                cfg.args.order = order;
+                cfg.args.pos = pos;
+                cfg.args.root = n / 2;
+                cfg.is_inplace = inplace;
+                expect_ok(&cfg);
+            }
+    }
 }

@@ -33,6 +33,27 @@ static const int checked_colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_REDUCESCATT
                                     PLAIT_COLL_BROADCAST, PLAIT_COLL_REDUCE, PLAIT_COLL_BARRIER};
 #define NCHECKED (sizeof(checked_colls) / sizeof(checked_colls[0]))
 
+/* Node shapes the sweep tries for an algorithm (ranks per host; 0 = one host).
+ * Node-aware algorithms get 1 (N x 1), 2 (8 x 2 at 16 ranks), 3 (4 x 3 at 12),
+ * 16 (8 x 16 at 128) and n (1 x N); the others one host. */
+static int algo_shapes(const struct plait_algorithm *a, int nranks, int *out)
+{
+    if (strcmp(a->name, "hier") != 0) {
+        out[0] = 0;
+        return 1;
+    }
+    int k = 0;
+    const int cand[] = {1, 2, 3, 16, nranks};
+    for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
+        int dup = cand[i] > nranks;
+        for (int j = 0; j < k && !dup; j++)
+            dup = out[j] == cand[i];
+        if (!dup)
+            out[k++] = cand[i];
+    }
+    return k;
+}
+
 /* Sweep options per algorithm beyond the table: the radices worth trying
  * (the ring and Bruck ignore the radix; anything else is tried with 2, 3
  * and 4). */
@@ -68,6 +89,7 @@ static const struct plait_algorithm *algo_by_name(const char *name)
 struct vcase {
     const struct plait_algorithm *algo;
     int coll, nranks, nchannels, root, radix, type_bytes, is_inplace;
+    int ranks_per_node; /* node shape: 0 = one host */
     uint64_t count, chunk_elems, piece_elems;
     uint32_t slots;
 };
@@ -103,15 +125,18 @@ static void case_config(const struct vcase *k, struct plait_verify_config *cfg, 
     cfg->max_reports = max_reports;
     cfg->is_inplace = k->is_inplace;
     cfg->peers = k->algo->peers;
+    cfg->scratch = k->algo->scratch;
+    cfg->ranks_per_node = k->ranks_per_node;
 }
 
 static void case_cmdline(const struct vcase *k, char *buf, size_t len)
 {
     snprintf(buf, len,
              "plait-verify --algo %s --coll %s --ranks %d --count %" PRIu64 " --channels %d --chunk %" PRIu64
-             " --piece %" PRIu64 " --slots %u --type-bytes %d --root %d --radix %d%s --no-clamp",
+             " --piece %" PRIu64 " --slots %u --type-bytes %d --root %d --radix %d --ranks-per-node %d%s --no-clamp",
              k->algo->name, plait_coll_name(k->coll), k->nranks, k->count, k->nchannels, k->chunk_elems,
-             k->piece_elems, k->slots, k->type_bytes, k->root, k->radix, k->is_inplace ? " --inplace" : "");
+             k->piece_elems, k->slots, k->type_bytes, k->root, k->radix, k->ranks_per_node,
+             k->is_inplace ? " --inplace" : "");
 }
 
 static void print_result(FILE *f, const struct plait_verify_result *r, size_t max_lines)
@@ -230,6 +255,9 @@ static struct vcase *build_sweep(size_t *ncases)
                 const int nranks = ranks[ri];
                 if (!algo->supports(coll, nranks))
                     continue;
+                int shapes[8];
+                const int nshapes = algo_shapes(algo, nranks, shapes);
+                for (int sh = 0; sh < nshapes; sh++)
                 for (int x = 0; x < nradix; x++)
                     for (size_t hi = 0; hi < NCHUNKINGS; hi++) {
                         const struct chunking *h = &chunkings[hi];
@@ -257,6 +285,7 @@ static struct vcase *build_sweep(size_t *ncases)
                             k->type_bytes = coll == PLAIT_COLL_BARRIER ? 1 : h->type_bytes;
                             k->is_inplace = h->is_inplace;
                             k->radix = radices[x];
+                            k->ranks_per_node = shapes[sh];
                             /* roots: 0, the last rank, and one in the middle */
                             k->root = (int)((hi * 7919u + q * 104729u) % (uint64_t)nranks);
                             if (hi == 0)
@@ -376,6 +405,7 @@ static void usage(FILE *f)
             "  --type-bytes B   element size: 1, 2, 4, 8 (default 4); sets the 16-byte alignment\n"
             "  --root R         root of broadcast and reduce (default 0)\n"
             "  --radix K        tree radix (default %d)\n"
+            "  --ranks-per-node P  node shape: P consecutive ranks per host (default 0: one host)\n"
             "  --inplace        sendbuff and recvbuff alias as in NCCL's in-place calls\n"
             "  --max-reports M  findings printed (default 20)\n"
             "collectives: allreduce reducescatter allgather broadcast reduce barrier\n",
@@ -413,7 +443,7 @@ int main(int argc, char **argv)
 {
     const char *coll_name = "allreduce", *algo_name = "ring";
     uint64_t ranks = 0, count = 0, channels = DEF_CHANNELS, chunk = 0, piece = 0, slots = DEF_SLOTS;
-    uint64_t type_bytes = 4, root = 0, radix = DEF_RADIX, max_reports = 20;
+    uint64_t type_bytes = 4, root = 0, radix = DEF_RADIX, max_reports = 20, rpn = 0;
     uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
     int all = 0, clamp = 1, inplace = 0, verbose = 0, have_ranks = 0, have_count = 0;
     for (int i = 1; i < argc; i++) {
@@ -456,6 +486,8 @@ int main(int argc, char **argv)
             bad = parse_u64(v, &root);
         else if (strcmp(o, "--radix") == 0)
             bad = parse_u64(v, &radix);
+        else if (strcmp(o, "--ranks-per-node") == 0)
+            bad = parse_u64(v, &rpn);
         else if (strcmp(o, "--max-reports") == 0)
             bad = parse_u64(v, &max_reports);
         else if (strcmp(o, "--jobs") == 0)
@@ -502,6 +534,7 @@ int main(int argc, char **argv)
     k.root = (int)root;
     k.radix = (int)radix;
     k.is_inplace = inplace;
+    k.ranks_per_node = rpn > ranks ? (int)ranks : (int)rpn;
     k.piece_elems = piece ? piece : DEF_BUFFSIZE / DEF_SLOTS / type_bytes;
     const uint64_t chunk_bytes = chunk ? chunk * type_bytes : DEF_CHUNK_BYTES;
     k.chunk_elems = chunk_like_enqueue(chunk_bytes, k.piece_elems * type_bytes, k.slots, k.type_bytes, clamp);

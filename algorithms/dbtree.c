@@ -1,0 +1,2 @@
+/* PLACEHOLDER (being written): double binary tree allreduce. */
+#include "algorithms.h"

@@ -1,0 +1,34 @@
+/* PLACEHOLDER (being written): supports nothing yet. */
+#include "algorithms.h"
+
+int plait_linear_supports(int coll, int nranks)
+{
+    (void)coll;
+    (void)nranks;
+    return 0;
+}
+
+int plait_linear_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    (void)a;
+    (void)channel;
+    (void)idx;
+    (void)out;
+    return 0;
+}
+
+int plait_linear_peers(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)nranks;
+    (void)rank;
+    (void)radix;
+    (void)out;
+    (void)max;
+    return 0;
+}
+
+uint64_t plait_linear_scratch(const struct plait_sched_args *a)
+{
+    (void)a;
+    return 0;
+}
