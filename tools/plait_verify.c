@@ -235,7 +235,7 @@ static void size_case(struct vcase *k, const struct chunking *h)
     k->chunk_elems = chunk_like_enqueue(chunk_bytes, slot, h->slots, k->type_bytes, 1);
 }
 
-static struct vcase *build_sweep(size_t *ncases)
+static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
 {
     int ranks[80];
     const int nr = sweep_ranks(ranks);
@@ -245,7 +245,7 @@ static struct vcase *build_sweep(size_t *ncases)
         return NULL;
     for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
         const struct plait_algorithm *algo = &plait_algorithms[a];
-        if (!algo->step)
+        if (!algo->step || (only_algo && strcmp(algo->name, only_algo) != 0))
             continue;
         int radices[8];
         const int nradix = algo_radices(algo, radices);
@@ -355,12 +355,12 @@ static void *sweep_worker(void *arg)
     }
 }
 
-static int run_sweep(int jobs, int verbose)
+static int run_sweep(const char *only_algo, int jobs, int verbose)
 {
     struct sweep s;
     memset(&s, 0, sizeof(s));
     s.verbose = verbose;
-    s.cases = build_sweep(&s.ncases);
+    s.cases = build_sweep(only_algo, &s.ncases);
     if (!s.cases) {
         fprintf(stderr, "plait-verify: out of memory\n");
         return 1;
@@ -393,7 +393,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: plait-verify --coll C --algo A --ranks N --count C [options]   verify one case\n"
-            "       plait-verify --all [--jobs J] [--verbose]                      the built-in sweep\n"
+            "       plait-verify --all [--algo A] [--jobs J] [--verbose]           the built-in sweep (of one algorithm)\n"
             "       plait-verify --list                                            the algorithm table\n"
             "options (sizes in elements unless said):\n"
             "  --channels K     channels (default %d)\n"
@@ -445,7 +445,7 @@ int main(int argc, char **argv)
     uint64_t ranks = 0, count = 0, channels = DEF_CHANNELS, chunk = 0, piece = 0, slots = DEF_SLOTS;
     uint64_t type_bytes = 4, root = 0, radix = DEF_RADIX, max_reports = 20, rpn = 0;
     uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
-    int all = 0, clamp = 1, inplace = 0, verbose = 0, have_ranks = 0, have_count = 0;
+    int all = 0, clamp = 1, inplace = 0, verbose = 0, have_ranks = 0, have_count = 0, have_algo = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -467,7 +467,7 @@ int main(int argc, char **argv)
         else if (strcmp(o, "--coll") == 0)
             coll_name = v, bad = !v;
         else if (strcmp(o, "--algo") == 0)
-            algo_name = v, bad = !v;
+            algo_name = v, bad = !v, have_algo = 1;
         else if (strcmp(o, "--ranks") == 0)
             bad = parse_u64(v, &ranks), have_ranks = 1;
         else if (strcmp(o, "--count") == 0)
@@ -504,7 +504,7 @@ int main(int argc, char **argv)
         i += takes;
     }
     if (all)
-        return run_sweep((int)(jobs > 64 ? 64 : jobs), verbose);
+        return run_sweep(have_algo ? algo_name : NULL, (int)(jobs > 64 ? 64 : jobs), verbose);
 
     struct vcase k;
     memset(&k, 0, sizeof(k));
