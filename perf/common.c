@@ -1367,6 +1367,10 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
         struct perf_half half[2];
         perf_setup_size(run, coll, size);
         for (int is_inplace = 0; is_inplace < 2; is_inplace++) {
+            if (is_inplace && coll->no_inplace) {
+                half[1] = (struct perf_half){.time_us = -1};
+                continue;
+            }
             perf_watchdog_arm(ctx->slot, run->rank, size);
             if (perf_bench(ctx, is_inplace, &half[is_inplace]))
                 goto out;
@@ -1376,7 +1380,10 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
             size_t bytes = perf_total_bytes(run);
             char h0[160], h1[160], stamp[32] = "";
             perf_half_str(o, &half[0], h0, sizeof(h0));
-            perf_half_str(o, &half[1], h1, sizeof(h1));
+            if (coll->no_inplace)
+                snprintf(h1, sizeof(h1), "  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+            else
+                perf_half_str(o, &half[1], h1, sizeof(h1));
             if (o->report_timestamps) {
                 time_t now = time(NULL);
                 struct tm tm;
@@ -1389,7 +1396,8 @@ static int perf_time_test(struct perf_rank *ctx, plait_datatype_t type, int op_i
             fflush(stdout);
             if (ctx->json) {
                 perf_json_row(ctx, bytes, op_name, 0, &half[0]);
-                perf_json_row(ctx, bytes, op_name, 1, &half[1]);
+                if (!coll->no_inplace)
+                    perf_json_row(ctx, bytes, op_name, 1, &half[1]);
             }
         }
         if (!perf_next_size(size, o->step_factor, o->step_bytes, &size) || size > o->max_bytes)

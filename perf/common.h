@@ -81,6 +81,9 @@ struct plait_perf_coll {
     int is_reduction;
     /* 1 if the collective has a root (-r applies; "all" or -1 loops over every rank). */
     int has_root;
+    /* 1 if the library refuses the in-place form (alltoall): that half of the
+     * table prints N/A and is not run. */
+    int no_inplace;
     /* Fills *counts_out for `count` = size in bytes / elt_size. */
     void (*get_counts)(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out);
     /* busbw = algbw * busbw_factor(nranks); algbw = max(send, recv) bytes / time. */
