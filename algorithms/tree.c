@@ -1,24 +1,46 @@
-/* k-nomial tree broadcast (binomial when the radix is 2).
+/* The "tree" algorithm: k-nomial broadcast and reduce (binomial when the radix
+ * is 2) here, the double binary tree allreduce in dbtree.c.
  *
  * Ranks are renumbered relative to the root (vr = rank - root mod n). The parent
  * of vr clears its lowest non-zero base-k digit; its children add one non-zero
- * digit below that one. Each channel walks its range in chunks; per chunk a
- * rank receives from its parent (forwarding to its first child in the same
- * step) and then sends to its other children, largest subtree first, so the
- * deepest paths start earliest. The root sends from its input and copies it to
- * its output last.
+ * digit below that one. Each channel walks its range in chunks.
  *
- *   radix 2, 8 ranks, root 0:      0
- *                              /   |   \
+ * Broadcast, per chunk: a rank receives from its parent (forwarding to its
+ * first child in the same step) and then sends to its other children, largest
+ * subtree first, so the deepest paths start earliest. The root sends from its
+ * input and copies it to its output last.
+ *
+ * Reduce is the mirror: per chunk a rank receives its children's partial
+ * results smallest subtree first (those are ready first), each reduced into
+ * its accumulator, the last one straight on to its parent
+ * (RECV_REDUCE_SEND); its own input enters the first reduction with PRE. The
+ * root accumulates in its OUTPUT and applies POST with its last child. A
+ * non-root rank has no OUTPUT, so one with two or more children accumulates
+ * in SCRATCH (one chunk per channel); a leaf SENDs its input with PRE and a
+ * rank with one child reduces it with its input on the way through, neither
+ * needing SCRATCH. The order of the children is fixed: the result does not
+ * depend on timing.
+ *
+ *   radix 2, 8 ranks, root 0:      0           broadcast: data flows down,
+ *                              /   |   \       largest subtree (4) first
  *                             4    2    1
- *                            / \   |
- *                           6   5  3
- *                           |
+ *                            / \   |           reduce: partial results flow up;
+ *                           6   5  3           0 takes 1, then 2, then 4
+ *                           |                  (4 took 5, then 6)
  *                           7
+ *
+ *   reduce steps per chunk, m children c_1 (smallest subtree) .. c_m:
+ *     leaf          SEND input (PRE) -> parent
+ *     m = 1         RECV_REDUCE_SEND input (PRE) + c_1 -> parent
+ *     m >= 2        RECV_REDUCE_COPY input (PRE) + c_1 -> acc,
+ *                   RECV_REDUCE_COPY acc + c_i -> acc (1 < i < m),
+ *                   RECV_REDUCE_SEND acc + c_m -> parent
+ *     root          the same into OUTPUT, POST on the last; alone: COPY PRE|POST
  *
  * Over all roots, rank r talks only to r +- j*k^i (mod n), j < k: the
  * connections it needs are O((k-1) log_k n), whatever the root. */
 #include "algorithms.h"
+#include "tree.h"
 
 #define TREE_MAX_CHILDREN 128
 
@@ -124,25 +146,118 @@ int plait_knomial_peers(int nranks, int rank, int radix, int *out, int max)
     return cnt;
 }
 
+/* SCRATCH elements one channel of a reduce uses (when it uses any): one
+ * chunk, or the largest channel range when that is smaller (channel 0's range
+ * is the largest). */
+static uint64_t reduce_scratch_per_channel(const struct plait_sched_args *a)
+{
+    uint64_t lo, hi;
+    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
+    return hi - lo < a->chunk_elems ? hi - lo : a->chunk_elems;
+}
+
+/* k-nomial reduce: the broadcast's tree with the data flowing up (see the
+ * header comment). Per chunk, a rank with m children takes m steps (a leaf
+ * one SEND). */
+static int knomial_reduce_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    const long n = a->nranks;
+    const int k = radix_of(a);
+    const long vr = ((long)a->rank - a->root + n) % n;
+    long children[TREE_MAX_CHILDREN];
+    const int nchild = knomial_children(vr, n, k, children);
+    const long parent = knomial_parent(vr, n, k);
+    uint64_t lo, hi;
+    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
+    const uint64_t steps = nchild > 0 ? (uint64_t)nchild : 1;
+    const uint64_t iter = idx / steps;
+    const int s = (int)(idx % steps);
+    const uint64_t base = lo + iter * a->chunk_elems;
+    if (base >= hi)
+        return 0;
+    const uint64_t len = hi - base < a->chunk_elems ? hi - base : a->chunk_elems;
+
+    /* the accumulator: the root's OUTPUT, else this channel's chunk of SCRATCH */
+    const int acc_buf = parent < 0 ? PLAIT_BUF_OUTPUT : PLAIT_BUF_SCRATCH;
+    const uint64_t acc_off = parent < 0 ? base : (uint64_t)channel * reduce_scratch_per_channel(a);
+    out->flags = 0;
+    out->count = len;
+    out->send_peer = -1;
+    out->recv_peer = -1;
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->src_off = base;
+    out->dst_buf = (uint8_t)acc_buf;
+    out->dst_off = acc_off;
+    if (nchild == 0) {
+        if (parent < 0) { /* one rank */
+            out->kind = PLAIT_STEP_COPY;
+            out->flags = PLAIT_STEP_PRE | PLAIT_STEP_POST;
+        } else {
+            out->kind = PLAIT_STEP_SEND;
+            out->flags = PLAIT_STEP_PRE;
+            out->send_peer = (int32_t)((parent + a->root) % n);
+        }
+        return 1;
+    }
+    /* children smallest subtree first: the reverse of the broadcast's order */
+    out->recv_peer = (int32_t)((children[nchild - 1 - s] + a->root) % n);
+    if (s == 0) {
+        out->flags = PLAIT_STEP_PRE;
+    } else {
+        out->src_buf = (uint8_t)acc_buf;
+        out->src_off = acc_off;
+    }
+    if (s < nchild - 1) {
+        out->kind = PLAIT_STEP_RECV_REDUCE_COPY;
+    } else if (parent < 0) {
+        out->kind = PLAIT_STEP_RECV_REDUCE_COPY;
+        out->flags |= PLAIT_STEP_POST;
+    } else {
+        out->kind = PLAIT_STEP_RECV_REDUCE_SEND;
+        out->send_peer = (int32_t)((parent + a->root) % n);
+    }
+    return 1;
+}
+
 /* The "tree" entry of the table. */
 int plait_tree_supports(int coll, int nranks)
 {
     (void)nranks;
-    return coll == PLAIT_COLL_BROADCAST;
+    return coll == PLAIT_COLL_BROADCAST || coll == PLAIT_COLL_REDUCE || coll == PLAIT_COLL_ALLREDUCE;
 }
 
 int plait_tree_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
-    return plait_knomial_step(a, channel, idx, out);
+    switch (a->coll) {
+    case PLAIT_COLL_BROADCAST:
+        return plait_knomial_step(a, channel, idx, out);
+    case PLAIT_COLL_REDUCE:
+        return knomial_reduce_step(a, channel, idx, out);
+    case PLAIT_COLL_ALLREDUCE:
+        return plait_dbtree_step(a, channel, idx, out);
+    default:
+        return 0;
+    }
 }
 
 int plait_tree_peers(int nranks, int rank, int radix, int *out, int max)
 {
-    return plait_knomial_peers(nranks, rank, radix, out, max);
+    int cnt = plait_knomial_peers(nranks, rank, radix, out, max);
+    plait_dbtree_add_peers(nranks, rank, out, &cnt, max);
+    return cnt;
 }
 
+/* A reduce's non-root rank with two or more children accumulates one chunk
+ * per channel in SCRATCH (less when the data is smaller); nothing else needs
+ * any. */
 uint64_t plait_tree_scratch(const struct plait_sched_args *a)
 {
-    (void)a;
-    return 0;
+    if (a->coll != PLAIT_COLL_REDUCE || a->nranks < 2 || a->rank == a->root)
+        return 0;
+    const long n = a->nranks;
+    const long vr = ((long)a->rank - a->root + n) % n;
+    long children[TREE_MAX_CHILDREN];
+    if (knomial_children(vr, n, radix_of(a), children) < 2)
+        return 0;
+    return (uint64_t)a->nchannels * reduce_scratch_per_channel(a);
 }
