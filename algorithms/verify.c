@@ -140,13 +140,16 @@ struct fentry {
 /* What one output interval must hold. */
 struct expect {
     int is_all;     /* 1: every rank once (a reduction); 0: rank q only (a copy) */
+    int allow_dup;  /* with is_all: every rank at least once (a barrier) */
     int q;
     uint64_t shift; /* element x must read input[x + shift] */
     uint32_t pre, post; /* times each is applied; ANY_TIMES: not checked */
 };
 
 /* A barrier's data is never read: its pre- and post-ops do not matter, only
- * that every rank's contribution reached every rank. */
+ * that every rank's contribution reached every rank (at least once: a
+ * dissemination barrier on a rank count that is not a power of two hears from
+ * some ranks twice). */
 #define ANY_TIMES UINT32_MAX
 
 struct vctx {
@@ -158,6 +161,7 @@ struct vctx {
     int is_inplace;
     uint64_t *scratch_size; /* per rank (NULL: no scratch) */
     int32_t *nodemap;       /* host_of then local_of, built from ranks_per_node */
+    int **peer_lists;       /* per rank: {count, sorted peers}, computed on first use */
 
     struct vnode *nodes;
     size_t nnodes, nodes_cap;
@@ -581,7 +585,10 @@ static uint64_t in_size(const struct vctx *c, int rank)
     switch (c->coll) {
     case PLAIT_COLL_BROADCAST:
         return rank == c->root ? c->count : 0;
+    case PLAIT_COLL_SCATTER:
+        return rank == c->root ? (uint64_t)c->n * c->count : 0;
     case PLAIT_COLL_REDUCESCATTER:
+    case PLAIT_COLL_ALLTOALL:
         return (uint64_t)c->n * c->count;
     default:
         return c->count;
@@ -593,7 +600,10 @@ static uint64_t out_size(const struct vctx *c, int rank)
     switch (c->coll) {
     case PLAIT_COLL_REDUCE:
         return rank == c->root ? c->count : 0;
+    case PLAIT_COLL_GATHER:
+        return rank == c->root ? (uint64_t)c->n * c->count : 0;
     case PLAIT_COLL_ALLGATHER:
+    case PLAIT_COLL_ALLTOALL:
         return (uint64_t)c->n * c->count;
     default:
         return c->count;
@@ -612,8 +622,10 @@ static uint64_t buf_size(const struct vctx *c, int rank, int buf)
 /* Where a logical buffer lives: store 0 holds INPUT, 1 OUTPUT, 2 SCRATCH; an
  * in-place call folds one of INPUT and OUTPUT into the other the way NCCL
  * defines in-place (allgather: sendbuff = recvbuff + rank*count; reducescatter:
- * recvbuff = sendbuff + rank*count; the others: sendbuff == recvbuff, for
- * reduce on the root only). */
+ * recvbuff = sendbuff + rank*count; gather, on the root: sendbuff = recvbuff +
+ * root*count; scatter, on the root: recvbuff = sendbuff + root*count; the
+ * others: sendbuff == recvbuff, for reduce on the root only). Alltoall has no
+ * in-place form (the API refuses it; check_config too). */
 static int resolve(const struct vctx *c, int rank, int buf, uint64_t *add)
 {
     *add = 0;
@@ -630,6 +642,18 @@ static int resolve(const struct vctx *c, int rank, int buf, uint64_t *add)
         return PLAIT_BUF_INPUT;
     case PLAIT_COLL_REDUCE:
         return rank == c->root ? PLAIT_BUF_OUTPUT : buf;
+    case PLAIT_COLL_GATHER:
+        if (rank != c->root)
+            return buf;
+        if (buf == PLAIT_BUF_INPUT)
+            *add = (uint64_t)rank * c->count;
+        return PLAIT_BUF_OUTPUT;
+    case PLAIT_COLL_SCATTER:
+        if (rank != c->root)
+            return buf;
+        if (buf == PLAIT_BUF_OUTPUT)
+            *add = (uint64_t)rank * c->count;
+        return PLAIT_BUF_INPUT;
     default:
         return PLAIT_BUF_OUTPUT;
     }
@@ -946,16 +970,45 @@ static void wake(struct vctx *c, int rank, int ch)
 
 /* Whether the executor has a connection between rank and peer: the peers
  * function lists it on either side (as plait_algo_connects does). */
+static int cmp_int(const void *x, const void *y)
+{
+    const int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
+/* Rank a's peer list, sorted, computed once (steps change peers often). */
+static const int *peers_of(struct vctx *c, int a, int *cnt)
+{
+    if (!c->peer_lists[a]) {
+        int m = c->cfg->peers(c->n, a, c->args.radix, c->peerbuf, c->n);
+        if (m < 0)
+            m = 0;
+        if (m > c->n)
+            m = c->n;
+        int *v = malloc(sizeof(int) * (size_t)(m + 1));
+        if (!v) {
+            c->oom = 1;
+            *cnt = 0;
+            return NULL;
+        }
+        v[0] = m;
+        memcpy(v + 1, c->peerbuf, sizeof(int) * (size_t)m);
+        qsort(v + 1, (size_t)m, sizeof(int), cmp_int);
+        c->peer_lists[a] = v;
+    }
+    *cnt = c->peer_lists[a][0];
+    return c->peer_lists[a] + 1;
+}
+
 static int is_connected(struct vctx *c, int rank, int peer)
 {
     if (!c->cfg->peers)
         return 1;
     for (int side = 0; side < 2; side++) {
-        int a = side ? peer : rank, b = side ? rank : peer;
-        int cnt = c->cfg->peers(c->n, a, c->args.radix, c->peerbuf, c->n);
-        for (int i = 0; i < cnt && i < c->n; i++)
-            if (c->peerbuf[i] == b)
-                return 1;
+        int a = side ? peer : rank, b = side ? rank : peer, cnt = 0;
+        const int *v = peers_of(c, a, &cnt);
+        if (v && bsearch(&b, v, (size_t)cnt, sizeof(int), cmp_int))
+            return 1;
     }
     return 0;
 }
@@ -1408,7 +1461,7 @@ static int flat_ok(struct vctx *c, const struct flat *f, const struct expect *e)
         const struct leaf *l = &c->leaves[i];
         if (c->rank_cnt[l->rank]++ == 0)
             distinct++;
-        else
+        else if (!e->allow_dup)
             ok = 0;
         if (l->shift != e->shift || (e->pre != ANY_TIMES && l->npre != e->pre))
             ok = 0;
@@ -1428,7 +1481,8 @@ static int too_many(const struct vctx *c, uint32_t nleaves)
 static int content_ok(struct vctx *c, uint32_t node, uint64_t delta, const struct expect *e)
 {
     struct vnode *nd = &c->nodes[node];
-    if (nd->nleaves != (e->is_all ? (uint32_t)c->n : 1u))
+    if (e->is_all && e->allow_dup ? nd->nleaves < (uint32_t)c->n || too_many(c, nd->nleaves)
+                                  : nd->nleaves != (e->is_all ? (uint32_t)c->n : 1u))
         return 0;
     const uint64_t key = e->shift - delta;
     if (e->is_all && nd->memo && nd->memo_key == key)
@@ -1533,7 +1587,10 @@ static void describe(struct vctx *c, uint32_t node, uint64_t delta, const struct
 static void expect_text(const struct vctx *c, const struct expect *e, char *buf, size_t len)
 {
     char idx[48];
-    if (e->is_all)
+    if (e->is_all && e->allow_dup)
+        snprintf(buf, len, "every rank's %s reduced at least once (%d contributions or more)",
+                 fmt_index(e->shift, idx, sizeof(idx)), c->n);
+    else if (e->is_all)
         snprintf(buf, len, "every rank's %s reduced once (%d contributions)%s", fmt_index(e->shift, idx, sizeof(idx)),
                  c->n, e->pre == ANY_TIMES ? "" : ", pre-op once each, post-op once");
     else
@@ -1596,13 +1653,33 @@ static void check_outputs(struct vctx *c)
             break;
         case PLAIT_COLL_BARRIER:
             e.pre = e.post = ANY_TIMES;
+            e.allow_dup = 1;
             break;
         case PLAIT_COLL_BROADCAST:
             e = (struct expect){.is_all = 0, .q = c->root, .shift = 0, .pre = 0, .post = 0};
             break;
+        case PLAIT_COLL_SCATTER:
+            /* rank r's output is the root's input block r */
+            e = (struct expect){.is_all = 0, .q = c->root, .shift = (uint64_t)r * c->count, .pre = 0, .post = 0};
+            break;
+        case PLAIT_COLL_GATHER:
+            /* only the root has an output; its block q is rank q's input,
+             * as in an allgather */
+            if (r != c->root)
+                continue;
+            /* fall through */
         case PLAIT_COLL_ALLGATHER:
             for (int q = 0; q < c->n && !c->oom; q++) {
                 e = (struct expect){.is_all = 0, .q = q, .shift = 0 - (uint64_t)q * c->count, .pre = 0, .post = 0};
+                check_block(c, r, (uint64_t)q * c->count, (uint64_t)(q + 1) * c->count, &e);
+            }
+            continue;
+        case PLAIT_COLL_ALLTOALL:
+            /* block q of rank r's output is block r of rank q's input:
+             * element x reads input_q[x - q*count + r*count] */
+            for (int q = 0; q < c->n && !c->oom; q++) {
+                e = (struct expect){
+                    .is_all = 0, .q = q, .shift = ((uint64_t)r - (uint64_t)q) * c->count, .pre = 0, .post = 0};
                 check_block(c, r, (uint64_t)q * c->count, (uint64_t)(q + 1) * c->count, &e);
             }
             continue;
@@ -2037,8 +2114,16 @@ static plait_result_t check_config(const struct plait_verify_config *cfg)
     case PLAIT_COLL_ALLGATHER:
     case PLAIT_COLL_REDUCESCATTER:
         break;
+    case PLAIT_COLL_ALLTOALL:
+        if (cfg->is_inplace)
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                               "plait_sched_verify: alltoall has no in-place form (plait_alltoall refuses "
+                               "sendbuff == recvbuff)");
+        break;
     case PLAIT_COLL_BROADCAST:
     case PLAIT_COLL_REDUCE:
+    case PLAIT_COLL_GATHER:
+    case PLAIT_COLL_SCATTER:
         if (a->root < 0 || a->root >= a->nranks)
             return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_sched_verify: root %d is outside 0..%d", a->root,
                                a->nranks - 1);
@@ -2078,6 +2163,10 @@ static void ctx_free(struct vctx *c)
     free(c->rank_cnt);
     free(c->scratch_size);
     free(c->nodemap);
+    if (c->peer_lists)
+        for (int r = 0; r < c->n; r++)
+            free(c->peer_lists[r]);
+    free(c->peer_lists);
     free(c->peerbuf);
     free(c->leaves);
     free(c->stack);
@@ -2141,8 +2230,9 @@ plait_result_t plait_sched_verify(const struct plait_verify_config *cfg, struct 
     c->stores = calloc((size_t)c->n * 3, sizeof(*c->stores));
     c->rank_cnt = calloc((size_t)c->n, sizeof(*c->rank_cnt));
     c->peerbuf = malloc(sizeof(int) * (size_t)c->n);
+    c->peer_lists = calloc((size_t)c->n, sizeof(*c->peer_lists));
     c->nnodes = 1; /* node 0 means "nothing" */
-    if (!c->tasks || !c->queue || !c->stores || !c->rank_cnt || !c->peerbuf) {
+    if (!c->tasks || !c->queue || !c->stores || !c->rank_cnt || !c->peerbuf || !c->peer_lists) {
         c->oom = 1;
         goto out;
     }

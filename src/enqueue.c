@@ -254,13 +254,14 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
     plait_result_t s;
     if ((s = plait_comm_check(comm, fn)))
         return s;
-    /* A one-byte allreduce: every rank's completion depends on every rank's
-     * contribution, which is what a barrier promises. */
+    /* One byte that every rank's completion depends on, from every rank:
+     * what a barrier promises (the dissemination pattern on one host, a
+     * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
     return ring_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
                    stream);
 }
 
-/* ------------------------------------------------------------ direct (pairwise) */
+/* ------------------------------------------------------------ alltoall, gather, scatter */
 
 plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
                               plait_comm_t comm, plait_stream_t stream)
@@ -274,23 +275,7 @@ plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count
     if (count > 0 && sendbuff == recvbuff)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported (sendbuff == recvbuff)",
                            fn);
-    const int n = comm->nranks, me = comm->rank;
-    struct plait_op *op = op_new(comm, PLAIT_COLL_ALLTOALL, fn, 2 * n - 1);
-    if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
-    op->sendbuff = sendbuff;
-    op->recvbuff = recvbuff;
-    op->esize = plait_dtype_size(datatype);
-    sched_args(op, count, 0);
-    /* Pairwise order: at round i send to me+i and receive from me-i, so no two
-     * ranks start on the same peer. */
-    p2p_task(op, PLAIT_STEP_COPY, me, (uint64_t)me * count, count);
-    for (int i = 1; i < n; i++) {
-        int to = (me + i) % n, from = (me + n - i) % n;
-        p2p_task(op, PLAIT_STEP_SEND, to, (uint64_t)to * count, count);
-        p2p_task(op, PLAIT_STEP_RECV, from, (uint64_t)from * count, count);
-    }
-    return plait_enqueue(op, stream);
+    return ring_op(comm, PLAIT_COLL_ALLTOALL, fn, sendbuff, recvbuff, count, datatype, NULL, 0, stream);
 }
 
 plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -302,27 +287,9 @@ plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, 
         (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
         (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
         return s;
-    const int n = comm->nranks, me = comm->rank;
-    if (me == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
+    if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
         return s;
-    struct plait_op *op = op_new(comm, PLAIT_COLL_GATHER, fn, me == root ? n : 1);
-    if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
-    op->sendbuff = sendbuff;
-    op->esize = plait_dtype_size(datatype);
-    sched_args(op, count, root);
-    if (me == root) {
-        /* the own block: read from sendbuff at offset 0, written at root*count */
-        op->recvbuff = (char *)recvbuff;
-        for (int p = 0; p < n; p++)
-            if (p != me)
-                p2p_task(op, PLAIT_STEP_RECV, p, (uint64_t)p * count, count);
-        p2p_task(op, PLAIT_STEP_COPY, me, 0, count);
-        op->tasks[op->ntasks - 1].step.dst_off = (uint64_t)me * count;
-    } else {
-        p2p_task(op, PLAIT_STEP_SEND, root, 0, count);
-    }
-    return plait_enqueue(op, stream);
+    return ring_op(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -334,26 +301,9 @@ plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count,
         (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
         (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
         return s;
-    const int n = comm->nranks, me = comm->rank;
-    if (me == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
+    if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
         return s;
-    struct plait_op *op = op_new(comm, PLAIT_COLL_SCATTER, fn, me == root ? n : 1);
-    if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
-    op->sendbuff = sendbuff;
-    op->recvbuff = recvbuff;
-    op->esize = plait_dtype_size(datatype);
-    sched_args(op, count, root);
-    if (me == root) {
-        for (int p = 0; p < n; p++)
-            if (p != me)
-                p2p_task(op, PLAIT_STEP_SEND, p, (uint64_t)p * count, count);
-        p2p_task(op, PLAIT_STEP_COPY, me, 0, count);
-        op->tasks[op->ntasks - 1].step.src_off = (uint64_t)me * count;
-    } else {
-        p2p_task(op, PLAIT_STEP_RECV, root, 0, count);
-    }
-    return plait_enqueue(op, stream);
+    return ring_op(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,

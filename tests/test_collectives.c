@@ -283,6 +283,28 @@ static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int
     run_matrix(mode, nranks, &m);
 }
 
+/* 16 ranks as threads, one fast case per algorithm: every algorithm of the table
+ * on every collective it implements at 16 ranks, small counts, a subset of
+ * types. */
+Test(wide, threads_16, .timeout = 900)
+{
+    static const size_t counts[] = {0, 1, 4099};
+    int ran = 0;
+    for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
+        if (!plait_algorithms[a].step)
+            continue;
+        struct matrix m = {counts, 3, 0, algo_mask(plait_algorithms[a].name, 16)};
+        if (!m.colls)
+            continue;
+        setenv("PLAIT_ALGO", plait_algorithms[a].name, 1);
+        setenv("PLAIT_TREE_RADIX", "3", 1);
+        cr_log_info("16 ranks: %s", plait_algorithms[a].name);
+        run_matrix(MR_THREADS, 16, &m);
+        ran++;
+    }
+    cr_assert_gt(ran, 1);
+}
+
 /* tree: radix in the name */
 #define TREE_TEST(radix, mode, n)                                                                                 \
     Test(algorithms, tree_k##radix##_##mode##_##n, .timeout = 600)                                               \
@@ -302,6 +324,8 @@ TREE_TEST(2, SHM, 8)
 TREE_TEST(3, SHM, 7)
 TREE_TEST(4, THREADS, 8)
 TREE_TEST(2, SOCKET, 4)
+TREE_TEST(2, THREADS, 3)
+TREE_TEST(2, SOCKET, 5)
 ALGO_TEST(bruck, THREADS, 2)
 ALGO_TEST(bruck, THREADS, 3)
 ALGO_TEST(bruck, THREADS, 8)
@@ -309,8 +333,35 @@ ALGO_TEST(bruck, SHM, 5)
 ALGO_TEST(bruck, SHM, 7)
 ALGO_TEST(bruck, SOCKET, 4)
 /* recursive */
+ALGO_TEST(recursive, THREADS, 2)
+ALGO_TEST(recursive, THREADS, 5)
+ALGO_TEST(recursive, SHM, 3)
+ALGO_TEST(recursive, SHM, 8)
+ALGO_TEST(recursive, SOCKET, 4)
+ALGO_TEST(recursive, THREADS, 7)
+ALGO_TEST(recursive, SHM, 6)
 /* pat */
+ALGO_TEST(pat, THREADS, 2)
+ALGO_TEST(pat, THREADS, 5)
+ALGO_TEST(pat, SHM, 3)
+ALGO_TEST(pat, SHM, 8)
+ALGO_TEST(pat, SOCKET, 4)
+ALGO_TEST(pat, THREADS, 6)
 /* hier */
+ALGO_TEST(hier, THREADS, 4)
+ALGO_TEST(hier, SHM, 6)
+ALGO_TEST(hier, SOCKET, 4)
 /* oneshot, twoshot */
+ALGO_TEST(oneshot, THREADS, 3)
+ALGO_TEST(oneshot, SHM, 8)
+ALGO_TEST(oneshot, SOCKET, 2)
+ALGO_TEST(twoshot, THREADS, 5)
+ALGO_TEST(twoshot, SHM, 4)
 /* pairwise, linear */
+ALGO_TEST(pairwise, THREADS, 3)
+ALGO_TEST(pairwise, SHM, 8)
+ALGO_TEST(pairwise, SOCKET, 4)
+ALGO_TEST(linear, THREADS, 5)
+ALGO_TEST(linear, SHM, 4)
+ALGO_TEST(bruck, THREADS, 5)
 /* dissemination: see test_barrier */

@@ -586,7 +586,7 @@ Test(verify, bad_config_rejected)
     struct plait_verify_config cfg = config(plait_ring_step, PLAIT_COLL_ALLREDUCE, 4, 100, 1, 16, 4, 32, 4);
     cfg.piece_elems = 0;
     cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
-    cfg = config(plait_ring_step, PLAIT_COLL_ALLTOALL, 4, 100, 1, 16, 4, 32, 4);
+    cfg = config(plait_ring_step, PLAIT_COLL_SEND, 4, 100, 1, 16, 4, 32, 4);
     cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
     cfg = config(plait_ring_step, PLAIT_COLL_REDUCE, 4, 100, 1, 16, 4, 32, 4);
     cfg.args.root = 4;
@@ -1181,5 +1181,281 @@ Test(verify, ring_follows_rank_orders)
                 cfg.is_inplace = inplace;
                 expect_ok(&cfg);
             }
+    }
+}
+
+/* ---------------------------------------------------------------- alltoall, gather, scatter, barrier */
+
+/* Hand-written schedules on one channel, whole blocks per step (no chunking),
+ * right and with one thing broken each (wrong_*: a block in the wrong place). */
+
+static void expect_ok_as(const char *what, const struct plait_verify_config *cfg)
+{
+    struct plait_verify_result r = run(cfg);
+    if (!r.is_ok)
+        dump(&r);
+    cr_expect(r.is_ok, "%s %s, %d ranks, count %" PRIu64 ", root %d, in place %d: %" PRIu64 " findings", what,
+              plait_coll_name(cfg->args.coll), cfg->args.nranks, cfg->args.count, cfg->args.root, cfg->is_inplace,
+              r.total);
+    plait_verify_result_free(&r);
+}
+
+/* Alltoall by shifts: step 0 copies the own block, step s sends block r+s to
+ * r+s and receives rank r-s's block r into block r-s. wrong_at: the rank
+ * whose received blocks land one block off (-1: none). */
+static int alltoall_shifts(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out,
+                           int wrong_at)
+{
+    const uint64_t n = (uint64_t)a->nranks, r = (uint64_t)a->rank;
+    if (channel > 0 || idx >= n)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->count = a->count;
+    out->send_peer = out->recv_peer = -1;
+    if (idx == 0) {
+        out->kind = PLAIT_STEP_COPY;
+        out->src_off = out->dst_off = r * a->count;
+        return 1;
+    }
+    const uint64_t to = (r + idx) % n, from = (r + n - idx) % n;
+    out->kind = PLAIT_STEP_SENDRECV;
+    out->send_peer = (int)to;
+    out->recv_peer = (int)from;
+    out->src_off = to * a->count;
+    out->dst_off = (a->rank == wrong_at ? (from + 1) % n : from) * a->count;
+    return 1;
+}
+
+static int alltoall_right(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return alltoall_shifts(a, channel, idx, out, -1);
+}
+
+static int alltoall_wrong(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return alltoall_shifts(a, channel, idx, out, 1);
+}
+
+/* Gather and scatter from the root, one step per rank. wrong: the root
+ * exchanges rank p's block at p+1 (gather: writes it there; scatter: sends
+ * block p+1 to p). */
+static int linear_hand(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out, int wrong)
+{
+    const int n = a->nranks, is_gather = a->coll == PLAIT_COLL_GATHER;
+    if (channel > 0)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->count = a->count;
+    out->send_peer = out->recv_peer = -1;
+    if (a->rank != a->root) {
+        if (idx > 0)
+            return 0;
+        out->kind = is_gather ? PLAIT_STEP_SEND : PLAIT_STEP_RECV;
+        out->send_peer = out->recv_peer = a->root;
+        return 1;
+    }
+    if (idx >= (uint64_t)n)
+        return 0;
+    const int p = (int)idx; /* every rank in rank order, the root itself by a COPY */
+    const uint64_t block = (uint64_t)(wrong && p != a->root ? (p + 1) % n : p) * a->count;
+    if (is_gather)
+        out->dst_off = block;
+    else
+        out->src_off = block;
+    if (p == a->root)
+        out->kind = PLAIT_STEP_COPY;
+    else if (is_gather) {
+        out->kind = PLAIT_STEP_RECV;
+        out->recv_peer = p;
+    } else {
+        out->kind = PLAIT_STEP_SEND;
+        out->send_peer = p;
+    }
+    return 1;
+}
+
+static int linear_right(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return linear_hand(a, channel, idx, out, 0);
+}
+
+static int linear_wrong(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return linear_hand(a, channel, idx, out, 1);
+}
+
+/* Dissemination barrier: copy the token, then per round d = 1, 2, 4 ... send
+ * it to r+d, receive r-d's into SCRATCH and reduce it in. rounds_cut: rounds
+ * left out at the end (a barrier that lets ranks go early). */
+static int barrier_hand(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out,
+                        int rounds_cut)
+{
+    const int n = a->nranks, r = a->rank;
+    int rounds = 0;
+    while ((1 << rounds) < n)
+        rounds++;
+    rounds -= rounds_cut;
+    if (channel > 0 || idx >= (uint64_t)(1 + 2 * rounds))
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->count = a->count;
+    out->send_peer = out->recv_peer = -1;
+    if (idx == 0) {
+        out->kind = PLAIT_STEP_COPY;
+        out->src_buf = PLAIT_BUF_INPUT;
+        out->dst_buf = PLAIT_BUF_OUTPUT;
+        return 1;
+    }
+    const int d = 1 << ((idx - 1) / 2);
+    if ((idx - 1) % 2 == 0) {
+        out->kind = PLAIT_STEP_SENDRECV;
+        out->src_buf = PLAIT_BUF_OUTPUT;
+        out->dst_buf = PLAIT_BUF_SCRATCH;
+        out->send_peer = (r + d) % n;
+        out->recv_peer = (r + n - d % n) % n;
+    } else {
+        out->kind = PLAIT_STEP_REDUCE;
+        out->src_buf = PLAIT_BUF_SCRATCH;
+        out->dst_buf = PLAIT_BUF_OUTPUT;
+    }
+    return 1;
+}
+
+static int barrier_right(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return barrier_hand(a, channel, idx, out, 0);
+}
+
+static int barrier_short(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return barrier_hand(a, channel, idx, out, 1);
+}
+
+Test(verify, alltoall_gather_scatter_verify)
+{
+    for (int n = 1; n <= 9; n++) {
+        struct plait_verify_config cfg = config(alltoall_right, PLAIT_COLL_ALLTOALL, n, 100, 1, 16, 2, 16, 4);
+        expect_ok_as("shifts", &cfg);
+        for (int coll = PLAIT_COLL_GATHER; coll <= PLAIT_COLL_SCATTER; coll++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                cfg = config(linear_right, coll, n, 100, 1, 16, 2, 16, 4);
+                cfg.args.root = n / 2;
+                cfg.is_inplace = inplace;
+                expect_ok_as("linear by hand", &cfg);
+            }
+    }
+}
+
+Test(verify, alltoall_wrong_block_reported)
+{
+    struct plait_verify_config cfg = config(alltoall_wrong, PLAIT_COLL_ALLTOALL, 4, 100, 1, 16, 2, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    /* rank 1 gets rank 0's block in its block 1 and so on */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 1 OUTPUT[100, 200): holds rank 0's data instead of "
+                                                         "rank 1's"));
+    cr_expect_eq(r.total, r.counts[PLAIT_VERIFY_WRONG_OUTPUT]);
+    plait_verify_result_free(&r);
+    /* alltoall has no in-place form */
+    cfg = config(alltoall_right, PLAIT_COLL_ALLTOALL, 4, 100, 1, 16, 2, 16, 4);
+    cfg.is_inplace = 1;
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+}
+
+Test(verify, gather_scatter_wrong_block_reported)
+{
+    struct plait_verify_config cfg = config(linear_wrong, PLAIT_COLL_GATHER, 4, 100, 1, 16, 2, 16, 4);
+    cfg.args.root = 2;
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    /* rank p's input went to block p+1 mod 4 (the root copies its own into
+     * block 2): nothing was written to block 3 */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 2 OUTPUT[300, 400): never written"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 2 OUTPUT[100, 200): holds rank 0's data"));
+    plait_verify_result_free(&r);
+
+    cfg = config(linear_wrong, PLAIT_COLL_SCATTER, 4, 100, 1, 16, 2, 16, 4);
+    cfg.args.root = 2;
+    r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    /* rank 0 got the root's block 1 */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "rank 0 OUTPUT[0, 100): wrong elements: rank 2's "
+                                                         "input[x+100] instead of input[x]"));
+    plait_verify_result_free(&r);
+
+    /* a root out of range is refused */
+    cfg.args.root = 4;
+    cr_expect_eq(plait_sched_verify(&cfg, &r), PLAIT_ERR_INVALID_ARGUMENT);
+}
+
+Test(verify, barrier_semantics)
+{
+    /* dissemination: every rank heard at least once, some twice when n is not
+     * a power of two; that is a barrier */
+    for (int n = 1; n <= 17; n++) {
+        struct plait_verify_config cfg = config(barrier_right, PLAIT_COLL_BARRIER, n, 1, 1, 16, 2, 16, 1);
+        cfg.scratch = scratch_count;
+        expect_ok_as("dissemination by hand", &cfg);
+    }
+    /* one round short: ranks leave before hearing from every rank */
+    struct plait_verify_config cfg = config(barrier_short, PLAIT_COLL_BARRIER, 5, 1, 1, 16, 2, 16, 1);
+    cfg.scratch = scratch_count;
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "missing the contribution of rank"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "at least once"));
+    plait_verify_result_free(&r);
+    /* duplicates stay wrong where a barrier is not the collective */
+    cfg = config(barrier_right, PLAIT_COLL_ALLREDUCE, 5, 1, 1, 16, 2, 16, 1);
+    cfg.scratch = scratch_count;
+    r = run(&cfg);
+    cr_expect(!r.is_ok);
+    cr_expect_gt(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0);
+    plait_verify_result_free(&r);
+}
+
+/* The table's generators for the new collectives, a few shapes each (the
+ * sweep of plait-verify --all has the rest). */
+Test(verify, table_alltoall_gather_scatter_barrier)
+{
+    static const struct {
+        int algo, coll;
+    } cases[] = {
+        {PLAIT_ALGO_PAIRWISE, PLAIT_COLL_ALLTOALL},      {PLAIT_ALGO_BRUCK, PLAIT_COLL_ALLTOALL},
+        {PLAIT_ALGO_LINEAR, PLAIT_COLL_GATHER},          {PLAIT_ALGO_LINEAR, PLAIT_COLL_SCATTER},
+        {PLAIT_ALGO_DISSEMINATION, PLAIT_COLL_BARRIER},
+    };
+    static const int ranks[] = {1, 2, 3, 4, 5, 7, 8, 13};
+    static const uint64_t counts[] = {0, 1, 7, 1000};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct plait_algorithm *al = &plait_algorithms[cases[i].algo];
+        for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++)
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    if (inplace && cases[i].coll == PLAIT_COLL_ALLTOALL)
+                        continue;
+                    const int n = ranks[ri];
+                    struct plait_verify_config cfg = config(al->step, cases[i].coll, n, counts[k], 3, 16, 4,
+                                                            clamp_chunk(1 << 20, 16, 4, 4), 4);
+                    cfg.args.root = (int)(k * 5) % n;
+                    cfg.is_inplace = inplace;
+                    cfg.scratch = al->scratch;
+                    cfg.peers = al->peers;
+                    cr_expect(al->supports(cases[i].coll, n));
+                    struct plait_verify_result r = run(&cfg);
+                    if (!r.is_ok)
+                        dump(&r);
+                    cr_expect(r.is_ok, "%s %s, %d ranks, count %" PRIu64 ", in place %d: %" PRIu64 " findings",
+                              al->name, plait_coll_name(cases[i].coll), n, counts[k], inplace, r.total);
+                    plait_verify_result_free(&r);
+                }
     }
 }

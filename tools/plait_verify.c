@@ -30,7 +30,8 @@
 
 /* The collectives whose result the verifier knows. */
 static const int checked_colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_REDUCESCATTER, PLAIT_COLL_ALLGATHER,
-                                    PLAIT_COLL_BROADCAST, PLAIT_COLL_REDUCE, PLAIT_COLL_BARRIER};
+                                    PLAIT_COLL_BROADCAST, PLAIT_COLL_REDUCE,        PLAIT_COLL_ALLTOALL,
+                                    PLAIT_COLL_GATHER,    PLAIT_COLL_SCATTER,       PLAIT_COLL_BARRIER};
 #define NCHECKED (sizeof(checked_colls) / sizeof(checked_colls[0]))
 
 /* Node shapes the sweep tries for an algorithm (ranks per host; 0 = one host).
@@ -43,9 +44,13 @@ static int algo_shapes(const struct plait_algorithm *a, int nranks, int *out)
         return 1;
     }
     int k = 0;
-    const int cand[] = {1, 2, 3, 16, nranks};
-    for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
-        int dup = cand[i] > nranks;
+    /* every shape up to 32 ranks; beyond, the irregular 3 and the wide 16
+     * (the 8 x 16 of the issue at 128); at 1000 and 1024, 16 */
+    const int all[] = {1, 2, 3, 16, nranks}, mid[] = {3, 16}, big[] = {16};
+    const int *cand = nranks <= 32 ? all : nranks <= 128 ? mid : big;
+    const size_t ncand = nranks <= 32 ? 5 : nranks <= 128 ? 2 : 1;
+    for (size_t i = 0; i < ncand; i++) {
+        int dup = cand[i] > nranks || cand[i] < 1;
         for (int j = 0; j < k && !dup; j++)
             dup = out[j] == cand[i];
         if (!dup)
@@ -54,19 +59,18 @@ static int algo_shapes(const struct plait_algorithm *a, int nranks, int *out)
     return k;
 }
 
-/* Sweep options per algorithm beyond the table: the radices worth trying
- * (the ring and Bruck ignore the radix; anything else is tried with 2, 3
- * and 4). */
-static int algo_radices(const struct plait_algorithm *a, int *out)
+/* The radices worth sweeping: only the k-nomial trees (tree broadcast and
+ * reduce) read it; every other generator ignores it and is swept once. */
+static int algo_radices(const struct plait_algorithm *a, int coll, int *out)
 {
-    if (strcmp(a->name, "ring") == 0 || strcmp(a->name, "bruck") == 0) {
-        out[0] = DEF_RADIX;
-        return 1;
+    if (strcmp(a->name, "tree") == 0 && (coll == PLAIT_COLL_BROADCAST || coll == PLAIT_COLL_REDUCE)) {
+        out[0] = 2;
+        out[1] = 3;
+        out[2] = 4;
+        return 3;
     }
-    out[0] = 2;
-    out[1] = 3;
-    out[2] = 4;
-    return 3;
+    out[0] = DEF_RADIX;
+    return 1;
 }
 
 static int coll_by_name(const char *name)
@@ -212,13 +216,19 @@ static void size_case(struct vcase *k, const struct chunking *h)
     const uint64_t n = (uint64_t)k->nranks;
     const uint64_t per_channel = (k->count + (uint64_t)h->nchannels - 1) / (uint64_t)h->nchannels;
     const uint64_t ranks_per_iter = k->coll == PLAIT_COLL_ALLREDUCE ? n : 1;
-    const uint64_t steps_per_iter = k->coll == PLAIT_COLL_ALLREDUCE ? 2 * n : k->coll == PLAIT_COLL_REDUCESCATTER ||
-                                                                                       k->coll == PLAIT_COLL_ALLGATHER
-                                                                                   ? n + 1
-                                                                                   : 2;
+    /* per rank and iteration, roughly; alltoall: n for pairwise (Bruck's
+     * n/2 log2 n is more); gather/scatter: n on the root, 1 elsewhere */
+    const uint64_t steps_per_iter = k->coll == PLAIT_COLL_ALLREDUCE ? 2 * n
+                                    : k->coll == PLAIT_COLL_REDUCESCATTER || k->coll == PLAIT_COLL_ALLGATHER ||
+                                            k->coll == PLAIT_COLL_ALLTOALL
+                                        ? n + 1
+                                        : 2;
     uint64_t iters = CASE_STEP_BUDGET / (n * (uint64_t)h->nchannels * steps_per_iter);
     if (iters > h->iters)
         iters = h->iters;
+    /* alltoall: two iterations show the chunk boundaries; more cost n^2 each */
+    if (k->coll == PLAIT_COLL_ALLTOALL && iters > 2)
+        iters = 2;
     if (iters < 1)
         iters = 1;
     const uint64_t ppc = h->pieces_per_chunk ? h->pieces_per_chunk : (h->slots / 2 ? h->slots / 2 : 1);
@@ -235,6 +245,64 @@ static void size_case(struct vcase *k, const struct chunking *h)
     k->chunk_elems = chunk_like_enqueue(chunk_bytes, slot, h->slots, k->type_bytes, 1);
 }
 
+/* Whether the sweep tries coll on nranks. Alltoall costs n^2 steps and
+ * connections per iteration (and the verifier's peer check is O(n) a step):
+ * every rank count up to 32, then 33, 48, 63, 64, 96 and 128; never 1000 or
+ * 1024, which alone would take minutes. */
+static int sweep_rank_count(int coll, int nranks)
+{
+    if (coll != PLAIT_COLL_ALLTOALL || nranks <= 32)
+        return 1;
+    return nranks == 33 || nranks == 48 || nranks == 63 || nranks == 64 || nranks == 96 || nranks == 128;
+}
+
+/* Steps of `rank` on channel 0 for case k, up to `cap`. */
+static uint64_t probe_steps(const struct vcase *k, int rank, const int32_t *nodemap, uint64_t cap)
+{
+    struct plait_verify_config cfg;
+    case_config(k, &cfg, 1);
+    cfg.args.rank = rank;
+    if (nodemap) {
+        cfg.args.host_of = nodemap;
+        cfg.args.local_of = nodemap + k->nranks;
+        cfg.args.nhosts = (k->nranks + k->ranks_per_node - 1) / k->ranks_per_node;
+    } else {
+        cfg.args.nhosts = 1;
+    }
+    struct plait_step st;
+    uint64_t i = 0;
+    while (i < cap && k->algo->step(&cfg.args, 0, i, &st))
+        i++;
+    return i;
+}
+
+/* The sizing above knows the ring's shape; other generators take more or fewer
+ * steps per iteration. Counts the steps of a few ranks and, when the case would
+ * exceed the budget, grows the piece and the chunk together (the chunk stays
+ * within half the FIFO) until it does not. */
+static void calibrate_case(struct vcase *k)
+{
+    const int n = k->nranks;
+    int32_t *map = NULL;
+    if (k->ranks_per_node > 0 && (map = malloc(sizeof(int32_t) * 2 * (size_t)n)))
+        for (int r = 0; r < n; r++) {
+            map[r] = r / k->ranks_per_node;
+            map[n + r] = r % k->ranks_per_node;
+        }
+    for (int round = 0; round < 4; round++) {
+        const uint64_t cap = 4 * (uint64_t)CASE_STEP_BUDGET;
+        const uint64_t s = probe_steps(k, 0, map, cap) + probe_steps(k, n / 2, map, cap) +
+                           probe_steps(k, n - 1, map, cap);
+        const uint64_t est = s * (uint64_t)n * (uint64_t)k->nchannels / 3;
+        if (est <= 2 * (uint64_t)CASE_STEP_BUDGET || k->chunk_elems >= k->count)
+            break;
+        const uint64_t f = (est + CASE_STEP_BUDGET - 1) / CASE_STEP_BUDGET;
+        k->piece_elems *= f;
+        k->chunk_elems *= f;
+    }
+    free(map);
+}
+
 static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
 {
     int ranks[80];
@@ -247,13 +315,15 @@ static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
         const struct plait_algorithm *algo = &plait_algorithms[a];
         if (!algo->step || (only_algo && strcmp(algo->name, only_algo) != 0))
             continue;
-        int radices[8];
-        const int nradix = algo_radices(algo, radices);
         for (size_t ci = 0; ci < NCHECKED; ci++) {
             const int coll = checked_colls[ci];
+            int radices[8];
+            const int nradix = algo_radices(algo, coll, radices);
             for (int ri = 0; ri < nr; ri++) {
                 const int nranks = ranks[ri];
                 if (!algo->supports(coll, nranks))
+                    continue;
+                if (!sweep_rank_count(coll, nranks))
                     continue;
                 int shapes[8];
                 const int nshapes = algo_shapes(algo, nranks, shapes);
@@ -264,6 +334,11 @@ static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
                         for (size_t q = 0; q < NCOUNTS; q++) {
                             /* a barrier is a one-byte allreduce: one shape */
                             if (coll == PLAIT_COLL_BARRIER && (q != 1 || hi != 0))
+                                continue;
+                            /* 1000 and 1024 ranks: count 7 and 2^32 + 5, with the
+                             * 2-slot and the library's chunkings (each case costs
+                             * millions of steps at that size) */
+                            if (nranks > 128 && ((q != 2 && q != 4) || (hi != 1 && hi != 4)))
                                 continue;
                             if (n == cap) {
                                 cap *= 2;
@@ -283,7 +358,7 @@ static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
                             k->nchannels = h->nchannels;
                             k->slots = h->slots;
                             k->type_bytes = coll == PLAIT_COLL_BARRIER ? 1 : h->type_bytes;
-                            k->is_inplace = h->is_inplace;
+                            k->is_inplace = h->is_inplace && coll != PLAIT_COLL_ALLTOALL; /* it has none */
                             k->radix = radices[x];
                             k->ranks_per_node = shapes[sh];
                             /* roots: 0, the last rank, and one in the middle */
@@ -291,6 +366,7 @@ static struct vcase *build_sweep(const char *only_algo, size_t *ncases)
                             if (hi == 0)
                                 k->root = nranks - 1;
                             size_case(k, h);
+                            calibrate_case(k);
                         }
                     }
             }
@@ -403,12 +479,13 @@ static void usage(FILE *f)
             "                   the FIFO and to 16-byte multiples (default %d bytes / type size)\n"
             "  --no-clamp       use --chunk as given (to reproduce a chunk larger than half the FIFO)\n"
             "  --type-bytes B   element size: 1, 2, 4, 8 (default 4); sets the 16-byte alignment\n"
-            "  --root R         root of broadcast and reduce (default 0)\n"
+            "  --root R         root of broadcast, reduce, gather and scatter (default 0)\n"
             "  --radix K        tree radix (default %d)\n"
             "  --ranks-per-node P  node shape: P consecutive ranks per host (default 0: one host)\n"
-            "  --inplace        sendbuff and recvbuff alias as in NCCL's in-place calls\n"
+            "  --inplace        sendbuff and recvbuff alias as in NCCL's in-place calls (not alltoall)\n"
             "  --max-reports M  findings printed (default 20)\n"
-            "collectives: allreduce reducescatter allgather broadcast reduce barrier\n",
+            "collectives: allreduce reducescatter allgather broadcast reduce alltoall gather scatter\n"
+            "             barrier\n",
             DEF_CHANNELS, DEF_BUFFSIZE / DEF_SLOTS, DEF_SLOTS, DEF_CHUNK_BYTES, DEF_RADIX);
 }
 
