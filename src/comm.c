@@ -281,6 +281,7 @@ static void comm_release(struct plait_comm *comm)
     free(comm->ranks);
     free(comm->host_of);
     comm->host_of = NULL;
+    free(__atomic_exchange_n(&comm->scratch_cache, NULL, __ATOMIC_ACQ_REL));
     comm->bs = NULL;
     comm->pidfds = NULL;
     comm->peer_ops = NULL;

@@ -46,6 +46,7 @@ struct plait_comm {
     int local_rank;
     int nlocal;
     int32_t *host_of;       /* node map for the generators: host index per rank, then local index per rank */
+    char *scratch_cache;    /* the last SCRATCH buffer released (enqueue.c), or NULL */
     int spin_ns;            /* how long a waiter polls before yielding the core */
 
     /* connections: conns[peer * ncls + cls]; NULL where none */
@@ -151,8 +152,12 @@ void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len);
  * first error; failed communicators are marked in_error. */
 plait_result_t plait_exec_run(struct plait_op *ops);
 
-/* Frees a list of ops. */
+/* Frees a list of ops (their SCRATCH goes back to the communicator's cache). */
 void plait_op_free_list(struct plait_op *ops);
+
+/* Gives an op's SCRATCH back to its communicator now (before the op may
+ * outlive it: a stream worker does this before it drops the inflight count). */
+void plait_op_release_scratch(struct plait_op *op);
 
 /* Queues an op: into the thread's open group, else runs it now (or on its stream). */
 plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);

@@ -74,11 +74,46 @@ static struct plait_op *op_new(struct plait_comm *comm, int coll, const char *na
     return op;
 }
 
+/* SCRATCH buffers: the communicator keeps the last one released, so that a
+ * loop of calls does not map and fault in fresh pages each time (a malloc of
+ * megabytes is an mmap in glibc, and its free an munmap). A buffer starts with
+ * a header holding its capacity; op->scratch points after it. */
+#define SCRATCH_HDR 64
+#define SCRATCH_KEEP_MAX ((size_t)256 << 20) /* larger ones are not kept */
+
+static char *scratch_acquire(struct plait_comm *comm, size_t bytes)
+{
+    char *b = __atomic_exchange_n(&comm->scratch_cache, NULL, __ATOMIC_ACQ_REL);
+    if (b && *(size_t *)b >= bytes)
+        return b + SCRATCH_HDR;
+    free(b);
+    if (bytes > SIZE_MAX - SCRATCH_HDR)
+        return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, SCRATCH_HDR, bytes + SCRATCH_HDR))
+        return NULL;
+    *(size_t *)p = bytes;
+    return (char *)p + SCRATCH_HDR;
+}
+
+void plait_op_release_scratch(struct plait_op *op)
+{
+    if (!op->scratch)
+        return;
+    char *b = op->scratch - SCRATCH_HDR;
+    op->scratch = NULL;
+    if (*(size_t *)b > SCRATCH_KEEP_MAX) {
+        free(b);
+        return;
+    }
+    free(__atomic_exchange_n(&op->comm->scratch_cache, b, __ATOMIC_ACQ_REL));
+}
+
 void plait_op_free_list(struct plait_op *ops)
 {
     while (ops) {
         struct plait_op *next = ops->next;
-        free(ops->scratch);
+        plait_op_release_scratch(ops);
         free(ops);
         ops = next;
     }
@@ -134,7 +169,7 @@ static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *nam
         plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo);
     if (algo->scratch) {
         const uint64_t elems = algo->scratch(&op->args);
-        if (elems > 0 && !(op->scratch = malloc((size_t)(elems * op->esize)))) {
+        if (elems > 0 && !(op->scratch = scratch_acquire(comm, (size_t)(elems * op->esize)))) {
             const unsigned long long bytes_wanted = (unsigned long long)(elems * op->esize);
             free(op);
             return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %llu bytes of %s scratch", name, bytes_wanted,
