@@ -117,7 +117,8 @@ struct plait_op {
     char *recvbuff;
     size_t esize;
     struct plait_red red;
-    char *scratch;           /* SCRATCH of the op's algorithm (NULL when it needs none) */
+    char *scratch;           /* SCRATCH of the op's algorithm while it runs (NULL otherwise) */
+    size_t scratch_bytes;    /* what the algorithm needs (0: none) */
     uint64_t seq;
     struct plait_sched_args args;
     int ntasks;
@@ -154,6 +155,9 @@ plait_result_t plait_exec_run(struct plait_op *ops);
 
 /* Frees a list of ops (their SCRATCH goes back to the communicator's cache). */
 void plait_op_free_list(struct plait_op *ops);
+
+/* Takes the op's SCRATCH (the communicator's cached buffer when large enough). */
+plait_result_t plait_op_acquire_scratch(struct plait_op *op);
 
 /* Gives an op's SCRATCH back to its communicator now (before the op may
  * outlive it: a stream worker does this before it drops the inflight count). */

@@ -74,10 +74,13 @@ static struct plait_op *op_new(struct plait_comm *comm, int coll, const char *na
     return op;
 }
 
-/* SCRATCH buffers: the communicator keeps the last one released, so that a
- * loop of calls does not map and fault in fresh pages each time (a malloc of
- * megabytes is an mmap in glibc, and its free an munmap). A buffer starts with
- * a header holding its capacity; op->scratch points after it. */
+/* SCRATCH buffers: an op holds one only while it executes (plait_exec_run
+ * acquires and releases it), and the communicator keeps the last one released,
+ * so that a loop of calls does not map and fault in fresh pages each time (a
+ * malloc of megabytes is an mmap in glibc, and its free an munmap). Acquiring at
+ * enqueue instead would defeat the cache for calls queued ahead on a stream. A
+ * buffer starts with a header holding its capacity; op->scratch points after
+ * it. */
 #define SCRATCH_HDR 64
 #define SCRATCH_KEEP_MAX ((size_t)256 << 20) /* larger ones are not kept */
 
@@ -94,6 +97,16 @@ static char *scratch_acquire(struct plait_comm *comm, size_t bytes)
         return NULL;
     *(size_t *)p = bytes;
     return (char *)p + SCRATCH_HDR;
+}
+
+plait_result_t plait_op_acquire_scratch(struct plait_op *op)
+{
+    if (!op->scratch_bytes || op->scratch)
+        return PLAIT_SUCCESS;
+    if (!(op->scratch = scratch_acquire(op->comm, op->scratch_bytes)))
+        return plait_error(PLAIT_ERR_SYSTEM, "%s (operation #%llu) on rank %d: out of memory for %zu bytes of scratch",
+                           op->name, (unsigned long long)op->seq, op->comm->rank, op->scratch_bytes);
+    return PLAIT_SUCCESS;
 }
 
 void plait_op_release_scratch(struct plait_op *op)
@@ -169,12 +182,13 @@ static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *nam
         plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo);
     if (algo->scratch) {
         const uint64_t elems = algo->scratch(&op->args);
-        if (elems > 0 && !(op->scratch = scratch_acquire(comm, (size_t)(elems * op->esize)))) {
-            const unsigned long long bytes_wanted = (unsigned long long)(elems * op->esize);
+        size_t sb;
+        if (plait_mul_overflows((size_t)elems, op->esize, &sb) || elems > SIZE_MAX) {
             free(op);
-            return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %llu bytes of %s scratch", name, bytes_wanted,
-                               algo->name);
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s would need %llu elements of scratch", name,
+                               algo->name, (unsigned long long)elems);
         }
+        op->scratch_bytes = sb; /* acquired when it runs (plait_exec_run) */
     }
     for (int c = 0; c < comm->nchannels; c++) {
         struct plait_task *t = &op->tasks[op->ntasks++];

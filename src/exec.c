@@ -399,6 +399,11 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
         goto out;
     }
+    for (struct plait_op *op = ops; op; op = op->next)
+        if ((status = plait_op_acquire_scratch(op))) {
+            failed_comm = op->comm;
+            goto out;
+        }
     int k = 0;
     for (struct plait_op *op = ops; op; op = op->next)
         for (int i = 0; i < op->ntasks; i++) {
@@ -513,6 +518,8 @@ out:
             }
     }
     free(all);
+    for (struct plait_op *op = ops; op; op = op->next)
+        plait_op_release_scratch(op);
     if (!status)
         for (struct plait_op *op = ops; op; op = op->next)
             __atomic_add_fetch(&op->comm->my_ops[1], 1, __ATOMIC_RELEASE);
