@@ -44,8 +44,11 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_ALGO", "NCCL_ALGO", "",
      "Force an algorithm: one name for every collective (\"ring\"), or \"allreduce:ring;allgather:ring\". An unknown "
      "or unsupported name fails init with the list of valid ones; NCCL_ALGO's names that plait lacks (NVLS, "
-     "CollnetDirect, ...) only WARN. Algorithms: ring (every scheduled collective), tree (broadcast: k-nomial), bruck (allgather). "
-     "Unset: plait chooses (today the ring; docs/algorithms.md says why)."},
+     "CollnetDirect, ...) only WARN. Algorithms: ring; tree (broadcast, reduce: k-nomial; allreduce: double binary "
+     "tree); recursive (allreduce, allgather, reducescatter); bruck (allgather, alltoall); pat (allgather, "
+     "reducescatter); hier (allreduce, allgather, reducescatter: two levels by host); oneshot, twoshot (allreduce, up to "
+     "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). Unset: plait chooses by a "
+     "documented rule (docs/algorithms.md, \"Selection\")."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algorithms.h"
 #include "harness.h"
 
 enum { N = 300007 };
@@ -85,4 +86,25 @@ Test(determinism, socket_4, .timeout = 120)
 {
     char msg[1024];
     cr_assert_eq(mr_run(MR_SOCKET, 4, determinism_rank, NULL, 100, msg, sizeof(msg)), 0, "%s", msg);
+}
+
+/* Every allreduce algorithm of the table, forced: the same guarantees (the
+ * allgather that compares the ranks' results keeps its default). */
+Test(determinism, every_allreduce_algorithm, .timeout = 300)
+{
+    int tried = 0;
+    for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
+        const struct plait_algorithm *al = &plait_algorithms[a];
+        if (!al->step || !al->supports(PLAIT_COLL_ALLREDUCE, 5))
+            continue;
+        char spec[64], msg[1024];
+        snprintf(spec, sizeof(spec), "allreduce:%s", al->name);
+        setenv("PLAIT_ALGO", spec, 1);
+        int failed = mr_run(MR_THREADS, 5, determinism_rank, NULL, 100, msg, sizeof(msg));
+        unsetenv("PLAIT_ALGO");
+        cr_expect_eq(failed, 0, "%s: %s", al->name, msg);
+        cr_log_info("allreduce:%s deterministic on 5 ranks", al->name);
+        tried++;
+    }
+    cr_assert_geq(tried, 5, "only %d allreduce algorithms in the table", tried);
 }
