@@ -2,7 +2,6 @@
 #include "algorithms.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -56,26 +55,38 @@ static int auto_supports(int coll, int nranks)
     return plait_coll_is_scheduled(coll);
 }
 
-#define ENTRY(ID, NAME, x)                                                                                         \
-    [ID] = {.id = ID, .name = NAME, .supports = plait_##x##_supports, .step = plait_##x##_step,                  \
-            .peers = plait_##x##_peers, .scratch = plait_##x##_scratch}
-
 const struct plait_algorithm plait_algorithms[PLAIT_ALGO_COUNT] = {
     [PLAIT_ALGO_AUTO] = {.id = PLAIT_ALGO_AUTO, .name = "auto", .supports = auto_supports, .step = NULL,
                          .peers = no_peers, .scratch = NULL},
     [PLAIT_ALGO_RING] = {.id = PLAIT_ALGO_RING, .name = "ring", .supports = ring_supports, .step = plait_ring_step,
                          .peers = ring_peers, .scratch = NULL},
-    ENTRY(PLAIT_ALGO_TREE, "tree", tree),
+    [PLAIT_ALGO_TREE] = {.id = PLAIT_ALGO_TREE, .name = "tree", .supports = plait_tree_supports,
+                         .step = plait_tree_step, .peers = plait_tree_peers, .scratch = plait_tree_scratch},
     [PLAIT_ALGO_BRUCK] = {.id = PLAIT_ALGO_BRUCK, .name = "bruck", .supports = bruck_supports, .step = bruck_step,
                           .peers = plait_bruck_peers, .scratch = bruck_scratch},
-    ENTRY(PLAIT_ALGO_RECURSIVE, "recursive", recursive),
-    ENTRY(PLAIT_ALGO_PAT, "pat", pat),
-    ENTRY(PLAIT_ALGO_HIER, "hier", hier),
-    ENTRY(PLAIT_ALGO_ONESHOT, "oneshot", oneshot),
-    ENTRY(PLAIT_ALGO_TWOSHOT, "twoshot", twoshot),
-    ENTRY(PLAIT_ALGO_PAIRWISE, "pairwise", pairwise),
-    ENTRY(PLAIT_ALGO_LINEAR, "linear", linear),
-    ENTRY(PLAIT_ALGO_DISSEMINATION, "dissemination", dissemination),
+    [PLAIT_ALGO_RECURSIVE] = {.id = PLAIT_ALGO_RECURSIVE, .name = "recursive", .supports = plait_recursive_supports,
+                              .step = plait_recursive_step, .peers = plait_recursive_peers,
+                              .scratch = plait_recursive_scratch},
+    [PLAIT_ALGO_PAT] = {.id = PLAIT_ALGO_PAT, .name = "pat", .supports = plait_pat_supports, .step = plait_pat_step,
+                        .peers = plait_pat_peers, .scratch = plait_pat_scratch},
+    [PLAIT_ALGO_HIER] = {.id = PLAIT_ALGO_HIER, .name = "hier", .supports = plait_hier_supports,
+                         .step = plait_hier_step, .peers = plait_hier_peers, .scratch = plait_hier_scratch,
+                         .all_pairs = 1},
+    [PLAIT_ALGO_ONESHOT] = {.id = PLAIT_ALGO_ONESHOT, .name = "oneshot", .supports = plait_oneshot_supports,
+                            .step = plait_oneshot_step, .peers = plait_oneshot_peers,
+                            .scratch = plait_oneshot_scratch, .all_pairs = 1},
+    [PLAIT_ALGO_TWOSHOT] = {.id = PLAIT_ALGO_TWOSHOT, .name = "twoshot", .supports = plait_twoshot_supports,
+                            .step = plait_twoshot_step, .peers = plait_twoshot_peers,
+                            .scratch = plait_twoshot_scratch, .all_pairs = 1},
+    [PLAIT_ALGO_PAIRWISE] = {.id = PLAIT_ALGO_PAIRWISE, .name = "pairwise", .supports = plait_pairwise_supports,
+                             .step = plait_pairwise_step, .peers = plait_pairwise_peers, .scratch = NULL,
+                             .all_pairs = 1},
+    [PLAIT_ALGO_LINEAR] = {.id = PLAIT_ALGO_LINEAR, .name = "linear", .supports = plait_linear_supports,
+                           .step = plait_linear_step, .peers = plait_linear_peers, .scratch = NULL,
+                           .all_pairs = 1},
+    [PLAIT_ALGO_DISSEMINATION] = {.id = PLAIT_ALGO_DISSEMINATION, .name = "dissemination",
+                                  .supports = plait_dissemination_supports, .step = plait_dissemination_step,
+                                  .peers = plait_dissemination_peers, .scratch = plait_dissemination_scratch},
 };
 
 static const char *const coll_names[PLAIT_COLL_COUNT] = {
@@ -196,7 +207,6 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
  * nranks (any size, any host count). */
 static int default_rule(int coll, uint64_t bytes, int nranks, int nhosts, uint8_t may[PLAIT_ALGO_COUNT])
 {
-    (void)nranks;
     /* Alltoall, gather and scatter have one algorithm each by default: the
      * pairwise exchange and the linear root (what the direct point-to-point
      * code did before they became schedules). */
@@ -251,24 +261,23 @@ int plait_algo_connects(int nranks, int radix, const uint8_t choice[PLAIT_COLL_C
             may[choice[c]] = 1;
         default_rule(c, UINT64_MAX, nranks, 0, may);
     }
-    int stack_peers[256];
-    int *peers = nranks <= 256 ? stack_peers : malloc(sizeof(int) * (size_t)nranks);
-    if (!peers)
-        return 1; /* connecting too much costs memory; too little fails calls */
-    int found = 0;
-    for (int i = 0; i < PLAIT_ALGO_COUNT && !found; i++) {
+    for (int i = 0; i < PLAIT_ALGO_COUNT; i++)
+        if (may[i] && plait_algorithms[i].all_pairs)
+            return 1;
+    int peers[PLAIT_ALGO_MAX_PEERS];
+    for (int i = 0; i < PLAIT_ALGO_COUNT; i++) {
         if (!may[i])
             continue;
-        int n = plait_algorithms[i].peers(nranks, a, radix, peers, nranks);
-        for (int j = 0; j < n && !found; j++)
-            found = peers[j] == b;
-        n = plait_algorithms[i].peers(nranks, b, radix, peers, nranks);
-        for (int j = 0; j < n && !found; j++)
-            found = peers[j] == a;
+        int n = plait_algorithms[i].peers(nranks, a, radix, peers, PLAIT_ALGO_MAX_PEERS);
+        for (int j = 0; j < n; j++)
+            if (peers[j] == b)
+                return 1;
+        n = plait_algorithms[i].peers(nranks, b, radix, peers, PLAIT_ALGO_MAX_PEERS);
+        for (int j = 0; j < n; j++)
+            if (peers[j] == a)
+                return 1;
     }
-    if (peers != stack_peers)
-        free(peers);
-    return found;
+    return 0;
 }
 
 const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks, int nhosts,

@@ -37,7 +37,13 @@ struct plait_algorithm {
     int (*peers)(int nranks, int rank, int radix, int *out, int max);
     /* Elements of SCRATCH the call needs on args->rank (NULL: none). */
     plait_scratch_fn scratch;
+    /* 1 when peers() is every other rank (pairwise, linear, hier, oneshot,
+     * twoshot): connections are then all pairs without listing them. Other
+     * algorithms list O(log n) peers (at most PLAIT_ALGO_MAX_PEERS). */
+    int all_pairs;
 };
+
+#define PLAIT_ALGO_MAX_PEERS 256
 
 /* Whether an algorithm that may run on this communicator (forced in choice, or
  * one the default rule can pick for nranks) exchanges between a and b
@@ -67,20 +73,49 @@ const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nr
                                                 const uint8_t choice[PLAIT_COLL_COUNT]);
 
 /* Each algorithm's entry points, in its own file (see the enum). */
-#define PLAIT_ALGO_DECLARE(x)                                                                                      \
-    int plait_##x##_supports(int coll, int nranks);                                                               \
-    int plait_##x##_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out); \
-    int plait_##x##_peers(int nranks, int rank, int radix, int *out, int max);                                    \
-    uint64_t plait_##x##_scratch(const struct plait_sched_args *args);
-PLAIT_ALGO_DECLARE(tree)
-PLAIT_ALGO_DECLARE(recursive)
-PLAIT_ALGO_DECLARE(pat)
-PLAIT_ALGO_DECLARE(hier)
-PLAIT_ALGO_DECLARE(oneshot)
-PLAIT_ALGO_DECLARE(twoshot)
-PLAIT_ALGO_DECLARE(pairwise)
-PLAIT_ALGO_DECLARE(linear)
-PLAIT_ALGO_DECLARE(dissemination)
+/* tree.c */
+int plait_tree_supports(int coll, int nranks);
+int plait_tree_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_tree_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_tree_scratch(const struct plait_sched_args *args);
+/* recursive.c */
+int plait_recursive_supports(int coll, int nranks);
+int plait_recursive_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_recursive_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_recursive_scratch(const struct plait_sched_args *args);
+/* pat.c */
+int plait_pat_supports(int coll, int nranks);
+int plait_pat_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_pat_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_pat_scratch(const struct plait_sched_args *args);
+/* hier.c */
+int plait_hier_supports(int coll, int nranks);
+int plait_hier_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_hier_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_hier_scratch(const struct plait_sched_args *args);
+/* direct.c */
+int plait_oneshot_supports(int coll, int nranks);
+int plait_oneshot_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_oneshot_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_oneshot_scratch(const struct plait_sched_args *args);
+/* direct.c */
+int plait_twoshot_supports(int coll, int nranks);
+int plait_twoshot_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_twoshot_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_twoshot_scratch(const struct plait_sched_args *args);
+/* pairwise.c */
+int plait_pairwise_supports(int coll, int nranks);
+int plait_pairwise_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_pairwise_peers(int nranks, int rank, int radix, int *out, int max);
+/* linear.c */
+int plait_linear_supports(int coll, int nranks);
+int plait_linear_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_linear_peers(int nranks, int rank, int radix, int *out, int max);
+/* dissemination.c */
+int plait_dissemination_supports(int coll, int nranks);
+int plait_dissemination_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
+int plait_dissemination_peers(int nranks, int rank, int radix, int *out, int max);
+uint64_t plait_dissemination_scratch(const struct plait_sched_args *args);
 /* Bruck: allgather (bruck.c) and alltoall (bruck_alltoall.c) share one entry. */
 int plait_bruck_alltoall_supports(int nranks);
 int plait_bruck_alltoall_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);

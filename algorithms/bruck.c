@@ -29,11 +29,6 @@
  * The peers of rank r are r +- 2^k (mod n). */
 #include "algorithms.h"
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
 static uint64_t log2_ceil(uint64_t n)
 {
     uint64_t k = 0;
@@ -78,7 +73,7 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
         local_copy(out, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, lo, hi - lo);
         return 1;
     }
-    const uint64_t len = umin(a->chunk_elems, hi - lo);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - lo);
     const uint64_t rounds = log2_ceil(n);
     /* one iteration covering whole blocks: the slots are laid out like the
      * output (channel 0 holds everything, so the other channels have no steps) */
@@ -90,8 +85,8 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
     const uint64_t base = lo + iter * len;
     if (base >= hi)
         return 0;
-    const uint64_t cur = umin(len, hi - base);
-    const uint64_t slots = (uint64_t)channel * n * umin(a->chunk_elems, max_slice(a));
+    const uint64_t cur = plait_umin(len, hi - base);
+    const uint64_t slots = (uint64_t)channel * n * plait_umin(a->chunk_elems, max_slice(a));
 
     if (s == 0) {
         local_copy(out, PLAIT_BUF_INPUT, base, PLAIT_BUF_OUTPUT, r * a->count + base, cur);
@@ -103,7 +98,7 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
     }
     if (s < 2 + rounds) {
         const uint64_t d = 1ull << (s - 2);
-        const uint64_t m = umin(d, n - d);
+        const uint64_t m = plait_umin(d, n - d);
         out->kind = PLAIT_STEP_SENDRECV;
         out->flags = 0;
         out->src_buf = PLAIT_BUF_SCRATCH;
@@ -133,13 +128,12 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
 int plait_bruck_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    /* rank +- 2^i: the peers of a binomial tree */
-    return plait_knomial_peers(nranks, rank, 2, out, max);
+    return plait_peers_pow2(nranks, rank, out, max);
 }
 
 uint64_t plait_bruck_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks <= 1 || a->count == 0)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)a->nranks * umin(a->chunk_elems, max_slice(a));
+    return (uint64_t)a->nchannels * (uint64_t)a->nranks * plait_umin(a->chunk_elems, max_slice(a));
 }

@@ -50,16 +50,6 @@
 
 #define DIRECT_MAX_RANKS 32
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
-static uint64_t align_up(uint64_t x, uint64_t a)
-{
-    return (x + a - 1) / a * a;
-}
-
 static void put(struct plait_step *st, int kind, int src_buf, uint64_t src_off, int dst_buf, uint64_t dst_off,
                 uint64_t count, unsigned flags)
 {
@@ -74,17 +64,6 @@ static void put(struct plait_step *st, int kind, int src_buf, uint64_t src_off, 
     st->count = count;
 }
 
-/* One rank: a local copy with the op's pre- and post-op. */
-static int single_rank_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
-{
-    uint64_t lo, hi;
-    if (idx > 0)
-        return 0;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    put(out, PLAIT_STEP_COPY, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, lo, hi - lo, PLAIT_STEP_PRE | PLAIT_STEP_POST);
-    return 1;
-}
-
 /* The largest range a channel gets (channel 0's). */
 static uint64_t max_channel_range(const struct plait_sched_args *a)
 {
@@ -94,16 +73,6 @@ static uint64_t max_channel_range(const struct plait_sched_args *a)
 }
 
 /* Every other rank, from rank+1 on (O(n): the verifier may ask per step). */
-static int all_peers(int nranks, int rank, int *out, int max)
-{
-    int cnt = 0;
-    for (int q = rank + 1; q < nranks && cnt < max; q++)
-        out[cnt++] = q;
-    for (int q = 0; q < rank && cnt < max; q++)
-        out[cnt++] = q;
-    return cnt;
-}
-
 /* Where contribution x_q of the chunk/block at `off` is on rank r: its own in
  * INPUT, the others in the SCRATCH slot of the round that brought them. */
 static void contribution(int n, int r, int q, uint64_t off, uint64_t sbase, uint64_t slot, int *buf, uint64_t *at)
@@ -155,14 +124,14 @@ int plait_oneshot_supports(int coll, int nranks)
 /* Elements of one SCRATCH slot: a chunk, or less when no channel has that much. */
 static uint64_t oneshot_slot(const struct plait_sched_args *a)
 {
-    return umin(a->chunk_elems, max_channel_range(a));
+    return plait_umin(a->chunk_elems, max_channel_range(a));
 }
 
 int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     const int n = a->nranks, r = a->rank;
     if (n == 1)
-        return single_rank_step(a, channel, idx, out);
+        return plait_sched_single_rank(a, channel, idx, out);
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     const uint64_t spi = (uint64_t)(n - 1) + (uint64_t)(r == 0 ? n : n + 1);
@@ -170,7 +139,7 @@ int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t i
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(a->chunk_elems, hi - base);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - base);
     const uint64_t slot = oneshot_slot(a);
     const uint64_t sbase = (uint64_t)channel * (uint64_t)(n - 1) * slot;
     if (s < (uint64_t)n - 1) {
@@ -188,7 +157,7 @@ int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t i
 int plait_oneshot_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    return all_peers(nranks, rank, out, max);
+    return plait_peers_all(nranks, rank, out, max);
 }
 
 uint64_t plait_oneshot_scratch(const struct plait_sched_args *a)
@@ -209,25 +178,25 @@ int plait_twoshot_supports(int coll, int nranks)
 static uint64_t twoshot_slot(const struct plait_sched_args *a)
 {
     const uint64_t n = (uint64_t)a->nranks;
-    return umin(a->chunk_elems, align_up((max_channel_range(a) + n - 1) / n, a->align_elems));
+    return plait_umin(a->chunk_elems, plait_round_up((max_channel_range(a) + n - 1) / n, a->align_elems));
 }
 
 /* Block k of a chunk of len elements split in n blocks of cs. */
 static uint64_t block_lo(uint64_t k, uint64_t cs, uint64_t len)
 {
-    return umin(k * cs, len);
+    return plait_umin(k * cs, len);
 }
 
 static uint64_t block_size(uint64_t k, uint64_t cs, uint64_t len)
 {
-    return umin((k + 1) * cs, len) - block_lo(k, cs, len);
+    return plait_umin((k + 1) * cs, len) - block_lo(k, cs, len);
 }
 
 int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     const int n = a->nranks, r = a->rank;
     if (n == 1)
-        return single_rank_step(a, channel, idx, out);
+        return plait_sched_single_rank(a, channel, idx, out);
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     const uint64_t per_iter = (uint64_t)n * a->chunk_elems;
@@ -246,8 +215,8 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
     const uint64_t base = lo + iter * per_iter;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(per_iter, hi - base);
-    const uint64_t cs = align_up((len + (uint64_t)n - 1) / (uint64_t)n, a->align_elems);
+    const uint64_t len = plait_umin(per_iter, hi - base);
+    const uint64_t cs = plait_round_up((len + (uint64_t)n - 1) / (uint64_t)n, a->align_elems);
     const uint64_t slot = twoshot_slot(a);
     const uint64_t sbase = (uint64_t)channel * (uint64_t)(n - 1) * slot;
     const uint64_t mine = (uint64_t)r, my_lo = base + block_lo(mine, cs, len), my_n = block_size(mine, cs, len);
@@ -318,7 +287,7 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
 int plait_twoshot_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    return all_peers(nranks, rank, out, max);
+    return plait_peers_all(nranks, rank, out, max);
 }
 
 uint64_t plait_twoshot_scratch(const struct plait_sched_args *a)

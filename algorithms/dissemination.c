@@ -85,10 +85,7 @@ int plait_dissemination_step(const struct plait_sched_args *a, int channel, uint
 int plait_dissemination_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    int cnt = 0;
-    for (long d = 1; d < nranks; d *= 2)
-        plait_peers_add_distance(nranks, rank, d, out, &cnt, max);
-    return cnt;
+    return plait_peers_pow2(nranks, rank, out, max);
 }
 
 uint64_t plait_dissemination_scratch(const struct plait_sched_args *a)

@@ -91,16 +91,6 @@ struct hier_map {
     const int32_t *host_of, *local_of;
 };
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
-static uint64_t align_up(uint64_t x, uint64_t a)
-{
-    return (x + a - 1) / a * a;
-}
-
 static int is_at(const struct hier_map *m, long g, int hh, int i)
 {
     return g >= 0 && g < m->n && m->host_of[g] == hh && m->local_of[g] == i;
@@ -246,19 +236,6 @@ static int inter_prev(const struct hier_map *m, int rank)
     return rank_at(m, rank, (m->h + m->H - 1) % m->H, m->j);
 }
 
-/* One rank: a local copy (with the pre- and post-op for the reductions). */
-static int single_rank_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
-{
-    uint64_t lo, hi;
-    if (idx > 0)
-        return 0;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const unsigned flags = a->coll == PLAIT_COLL_ALLGATHER ? 0 : PLAIT_STEP_PRE | PLAIT_STEP_POST;
-    const uint64_t dst = a->coll == PLAIT_COLL_ALLGATHER ? (uint64_t)a->rank * a->count + lo : lo;
-    put(out, PLAIT_STEP_COPY, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, dst, hi - lo, flags, -1, -1);
-    return 1;
-}
-
 /* ------------------------------------------------------------------ allreduce */
 
 /* An allreduce iteration of len elements: P*H cells of cs, cell (c, t) at
@@ -271,12 +248,12 @@ struct ar_iter {
 
 static uint64_t cell_lo(const struct ar_iter *it, uint64_t c, uint64_t t)
 {
-    return umin((t * it->P + c) * it->cs, it->len);
+    return plait_umin((t * it->P + c) * it->cs, it->len);
 }
 
 static uint64_t cell_n(const struct ar_iter *it, uint64_t c, uint64_t t)
 {
-    return c < it->P ? umin((t * it->P + c + 1) * it->cs, it->len) - cell_lo(it, c, t) : 0;
+    return c < it->P ? plait_umin((t * it->P + c + 1) * it->cs, it->len) - cell_lo(it, c, t) : 0;
 }
 
 static void ar_iter_init(const struct plait_sched_args *a, const struct hier_map *m, uint64_t base, uint64_t len,
@@ -286,12 +263,12 @@ static void ar_iter_init(const struct plait_sched_args *a, const struct hier_map
     it->base = base;
     it->len = len;
     it->P = P;
-    it->cs = align_up((len + P * H - 1) / (P * H), a->align_elems);
+    it->cs = plait_round_up((len + P * H - 1) / (P * H), a->align_elems);
     /* a short last iteration leaves the high cells empty: the rings of t with
      * no data, and column rings with no data, are left out (every rank of a
      * ring computes the same) */
     const uint64_t span = P * it->cs;
-    it->T = umin(H, (len + span - 1) / span);
+    it->T = plait_umin(H, (len + span - 1) / span);
     it->has_column = j < P && H > 1 && j * it->cs < len;
 }
 
@@ -378,12 +355,12 @@ static void subrings_init(const struct hier_map *m, struct subrings *sr)
     const uint64_t P = (uint64_t)m->P, M = (uint64_t)m->M;
     if (m->last) {
         sr->sp = (uint64_t)m->H - 1;
-        sr->co = umin(M, ((uint64_t)m->blk + P - 1) / P);
-        sr->cs = umin(M, ((uint64_t)m->last + P - 1) / P);
+        sr->co = plait_umin(M, ((uint64_t)m->blk + P - 1) / P);
+        sr->cs = plait_umin(M, ((uint64_t)m->last + P - 1) / P);
     } else {
         sr->sp = (uint64_t)m->h;
         sr->co = M;
-        sr->cs = umin(M, ((uint64_t)m->L + P - 1) / P);
+        sr->cs = plait_umin(M, ((uint64_t)m->L + P - 1) / P);
     }
 }
 
@@ -419,7 +396,7 @@ static uint64_t rs_slot(const struct plait_sched_args *a)
 {
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return umin(a->chunk_elems, hi - lo);
+    return plait_umin(a->chunk_elems, hi - lo);
 }
 
 static int reducescatter_step(const struct plait_sched_args *a, const struct hier_map *m, int channel, uint64_t idx,
@@ -441,7 +418,7 @@ static int reducescatter_step(const struct plait_sched_args *a, const struct hie
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(a->chunk_elems, hi - base);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - base);
     /* SCRATCH: slot (hh, m) of each channel holds the host sum of block (hh, j + m*P) */
     const uint64_t slot = rs_slot(a), sbase = (uint64_t)channel * H * M * slot;
     const uint64_t cnt_of = a->count;
@@ -515,7 +492,7 @@ static int allgather_step(const struct plait_sched_args *a, const struct hier_ma
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(a->chunk_elems, hi - base);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - base);
     const uint64_t cnt_of = a->count;
     if (s < n0) { /* extras to their member */
         if (!is_member) {
@@ -563,7 +540,7 @@ int plait_hier_supports(int coll, int nranks)
 int plait_hier_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     if (a->nranks == 1)
-        return single_rank_step(a, channel, idx, out);
+        return plait_sched_single_rank(a, channel, idx, out);
     struct hier_map m;
     map_init(a, &m);
     switch (a->coll) {
@@ -581,12 +558,7 @@ int plait_hier_step(const struct plait_sched_args *a, int channel, uint64_t idx,
 int plait_hier_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    int cnt = 0;
-    for (int q = rank + 1; q < nranks && cnt < max; q++)
-        out[cnt++] = q;
-    for (int q = 0; q < rank && cnt < max; q++)
-        out[cnt++] = q;
-    return cnt;
+    return plait_peers_all(nranks, rank, out, max);
 }
 
 uint64_t plait_hier_scratch(const struct plait_sched_args *a)

@@ -86,14 +86,5 @@ int plait_linear_step(const struct plait_sched_args *a, int channel, uint64_t id
 int plait_linear_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    int cnt = 0;
-    for (int d = 1; d < nranks && cnt < max; d++)
-        out[cnt++] = (rank + d) % nranks;
-    return cnt;
-}
-
-uint64_t plait_linear_scratch(const struct plait_sched_args *a)
-{
-    (void)a;
-    return 0;
+    return plait_peers_all(nranks, rank, out, max);
 }

@@ -88,16 +88,5 @@ int plait_pairwise_step(const struct plait_sched_args *a, int channel, uint64_t 
 int plait_pairwise_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    /* Every other rank once, nearest first; O(n) without the duplicate scan of
-     * plait_peers_add_distance, which would make this O(n^2). */
-    int cnt = 0;
-    for (int d = 1; d < nranks && cnt < max; d++)
-        out[cnt++] = (rank + d) % nranks;
-    return cnt;
-}
-
-uint64_t plait_pairwise_scratch(const struct plait_sched_args *a)
-{
-    (void)a;
-    return 0;
+    return plait_peers_all(nranks, rank, out, max);
 }

@@ -91,11 +91,6 @@
  * (log2 n for the reducescatter, none for the allgather). */
 #include "algorithms.h"
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
 static uint64_t lowbit(uint64_t x)
 {
     return x & (~x + 1);
@@ -140,12 +135,12 @@ static void plan_make(uint64_t n, uint64_t slice, uint64_t chunk, int is_gather,
 {
     const uint64_t log_p = ceil_log2(n);
     p->n = n;
-    p->len = umin(slice, chunk);
+    p->len = plait_umin(slice, chunk);
     /* A = the largest power of two with A * len <= chunk, at most P */
     const uint64_t agg = chunk / p->len;
-    const uint64_t log_a = umin(floor_log2(agg), log_p);
+    const uint64_t log_a = plait_umin(floor_log2(agg), log_p);
     p->delta = 1ull << (log_p - log_a);
-    p->nclass = umin(p->delta, n);
+    p->nclass = plait_umin(p->delta, n);
     p->j0 = (n + p->delta - 1) / p->delta;
     p->ktop = ceil_log2(p->j0);
     p->pieces = (p->j0 & (p->j0 - 1)) ? 2 : 1;
@@ -373,7 +368,7 @@ int plait_pat_step(const struct plait_sched_args *a, int channel, uint64_t idx, 
     const uint64_t base = lo + iter * p.len;
     if (base >= hi)
         return 0;
-    const struct pat_where w = {&p, is_gather, r, a->count, base, umin(p.len, hi - base),
+    const struct pat_where w = {&p, is_gather, r, a->count, base, plait_umin(p.len, hi - base),
                                 (uint64_t)channel * region_stride(a, is_gather, &p, hi - lo)};
     int buf;
     uint64_t off;
@@ -446,8 +441,7 @@ int plait_pat_supports(int coll, int nranks)
 int plait_pat_peers(int nranks, int rank, int radix, int *out, int max)
 {
     (void)radix;
-    /* rank +- 2^i, as the binomial tree's */
-    return plait_knomial_peers(nranks, rank, 2, out, max);
+    return plait_peers_pow2(nranks, rank, out, max);
 }
 
 uint64_t plait_pat_scratch(const struct plait_sched_args *a)

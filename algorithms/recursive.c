@@ -72,11 +72,6 @@
  * slot included, completes. */
 #include "algorithms.h"
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
 /* p: the largest power of two <= n; *log_out = log2(p). */
 static int pow2_floor(int n, int *log_out)
 {
@@ -102,18 +97,6 @@ static void set_step(struct plait_step *st, int kind, int src_buf, uint64_t src_
     st->src_off = count ? src_off : 0;
     st->dst_off = count ? dst_off : 0;
     st->count = count;
-}
-
-/* One rank: a local copy, with the op's transforms for the reductions. */
-static int single_rank_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
-{
-    uint64_t lo, hi;
-    if (idx > 0)
-        return 0;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const unsigned flags = a->coll == PLAIT_COLL_ALLGATHER ? 0u : PLAIT_STEP_PRE | PLAIT_STEP_POST;
-    set_step(out, PLAIT_STEP_COPY, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, lo, hi - lo, flags, -1, -1);
-    return 1;
 }
 
 /* A half-open element range. */
@@ -144,7 +127,7 @@ static uint64_t span_len(struct span s)
 static void exchange_step(struct span mine, struct span other, int part, int is_halving, int buf, int partner,
                           unsigned flags, struct plait_step *out)
 {
-    const uint64_t nm = span_len(mine), no = span_len(other), c = umin(nm, no);
+    const uint64_t nm = span_len(mine), no = span_len(other), c = plait_umin(nm, no);
     if (part == 0) {
         if (is_halving)
             set_step(out, PLAIT_STEP_SENDRECV_REDUCE, buf, other.lo, buf, mine.lo, c, flags, partner, partner);
@@ -183,7 +166,7 @@ static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_
     const uint64_t base = lo + iter * window;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(window, hi - base);
+    const uint64_t len = plait_umin(window, hi - base);
 
     if (r >= p) { /* an extra rank: fold in, get the result back */
         if (s == 0)
@@ -247,7 +230,7 @@ static int block_window(const struct plait_sched_args *a, int channel, uint64_t 
     *w0 = lo + iter * window;
     if (*w0 >= hi)
         return 0;
-    *w1 = *w0 + umin(window, hi - *w0);
+    *w1 = *w0 + plait_umin(window, hi - *w0);
     return 1;
 }
 
@@ -317,7 +300,7 @@ static uint64_t rs_part(const struct plait_sched_args *a)
 {
     uint64_t lo, hi;
     plait_sched_channel_range((uint64_t)a->nranks * a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return umin((uint64_t)a->nranks * a->chunk_elems, hi - lo);
+    return plait_umin((uint64_t)a->nranks * a->chunk_elems, hi - lo);
 }
 
 static int reducescatter_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
@@ -391,7 +374,7 @@ int plait_recursive_supports(int coll, int nranks)
 int plait_recursive_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     if (a->nranks == 1)
-        return single_rank_step(a, channel, idx, out);
+        return plait_sched_single_rank(a, channel, idx, out);
     switch (a->coll) {
     case PLAIT_COLL_ALLREDUCE:
         return allreduce_step(a, channel, idx, out);

@@ -31,11 +31,6 @@ static int ring_prev(const struct plait_sched_args *a, int ch)
     return plait_sched_at(a, ch, (plait_sched_pos(a, ch, a->rank) + a->nranks - 1) % a->nranks);
 }
 
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
 static void step_init(struct plait_step *st, int kind, const struct plait_sched_args *a, int ch)
 {
     st->kind = (uint8_t)kind;
@@ -47,22 +42,6 @@ static void step_init(struct plait_step *st, int kind, const struct plait_sched_
     st->src_off = 0;
     st->dst_off = 0;
     st->count = 0;
-}
-
-/* One rank: the collective is a local copy (with the op's pre/post transform). */
-static int single_rank_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
-{
-    uint64_t lo, hi;
-    if (idx > 0)
-        return 0;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    step_init(out, PLAIT_STEP_COPY, a, channel);
-    out->src_off = lo;
-    out->dst_off = lo;
-    out->count = hi - lo;
-    if (a->coll == PLAIT_COLL_ALLREDUCE || a->coll == PLAIT_COLL_REDUCE || a->coll == PLAIT_COLL_REDUCESCATTER)
-        out->flags = PLAIT_STEP_PRE | PLAIT_STEP_POST;
-    return 1;
 }
 
 static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
@@ -78,7 +57,7 @@ static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_
     const uint64_t base = lo + iter * per_iter;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(per_iter, hi - base);
+    const uint64_t len = plait_umin(per_iter, hi - base);
     uint64_t cs = (len + n - 1) / n;
     cs = (cs + a->align_elems - 1) / a->align_elems * a->align_elems;
 
@@ -87,8 +66,8 @@ static int allreduce_step(const struct plait_sched_args *a, int channel, uint64_
         k = (r + 2 * n - s - 1) % n;
     else
         k = (r + 2 * n - s + n - 1) % n;
-    const uint64_t k_lo = umin(k * cs, len);
-    const uint64_t k_hi = umin((k + 1) * cs, len);
+    const uint64_t k_lo = plait_umin(k * cs, len);
+    const uint64_t k_hi = plait_umin((k + 1) * cs, len);
 
     int kind;
     unsigned flags = 0;
@@ -131,7 +110,7 @@ static int blocked_step(const struct plait_sched_args *a, int channel, uint64_t 
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(a->chunk_elems, hi - base);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - base);
 
     if (is_gather) {
         if (s == 0) {
@@ -187,7 +166,7 @@ static int chain_step(const struct plait_sched_args *a, int channel, uint64_t id
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
-    const uint64_t len = umin(a->chunk_elems, hi - base);
+    const uint64_t len = plait_umin(a->chunk_elems, hi - base);
 
     int kind;
     unsigned flags = 0;
@@ -218,7 +197,7 @@ static int chain_step(const struct plait_sched_args *a, int channel, uint64_t id
 int plait_ring_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     if (a->nranks == 1)
-        return single_rank_step(a, channel, idx, out);
+        return plait_sched_single_rank(a, channel, idx, out);
     switch (a->coll) {
     case PLAIT_COLL_ALLREDUCE:
     case PLAIT_COLL_BARRIER:

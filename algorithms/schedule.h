@@ -118,6 +118,17 @@ typedef uint64_t (*plait_scratch_fn)(const struct plait_sched_args *args);
 typedef int (*plait_step_fn)(const struct plait_sched_args *args, int channel, uint64_t idx,
                              struct plait_step *out);
 
+static inline uint64_t plait_umin(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* x rounded up to a multiple of a (a >= 1). */
+static inline uint64_t plait_round_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
 /* The element range [*lo, *hi) of `total` elements that `channel` handles:
  * contiguous, 16-byte aligned boundaries, possibly empty. */
 static inline void plait_sched_channel_range(uint64_t total, int nchannels, int channel, uint64_t align,
@@ -135,6 +146,30 @@ static inline void plait_sched_channel_range(uint64_t total, int nchannels, int 
     *hi = h;
 }
 
+/* Every collective on one rank: one COPY per channel of its range, with PRE|POST
+ * for the reductions (avg and premulsum still apply). Returns like a generator. */
+static inline int plait_sched_single_rank(const struct plait_sched_args *a, int channel, uint64_t idx,
+                                          struct plait_step *out)
+{
+    uint64_t lo, hi;
+    if (idx > 0)
+        return 0;
+    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
+    out->kind = PLAIT_STEP_COPY;
+    out->src_buf = PLAIT_BUF_INPUT;
+    out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->flags = a->coll == PLAIT_COLL_ALLREDUCE || a->coll == PLAIT_COLL_REDUCE ||
+                         a->coll == PLAIT_COLL_REDUCESCATTER
+                     ? (uint8_t)(PLAIT_STEP_PRE | PLAIT_STEP_POST)
+                     : 0;
+    out->send_peer = -1;
+    out->recv_peer = -1;
+    out->src_off = lo;
+    out->dst_off = lo;
+    out->count = hi - lo;
+    return 1;
+}
+
 /* Adds rank +- d (mod nranks) to a peer list of *cnt entries (at most max),
  * skipping rank itself and peers already listed. For the algorithms' peers(). */
 static inline void plait_peers_add_distance(int nranks, int rank, long d, int *out, int *cnt, int max)
@@ -149,8 +184,31 @@ static inline void plait_peers_add_distance(int nranks, int rank, long d, int *o
     }
 }
 
+/* Every other rank, nearest (rank+1) first: the peers of the all-pairs
+ * algorithms. O(n), no duplicate scan. */
+static inline int plait_peers_all(int nranks, int rank, int *out, int max)
+{
+    int cnt = 0;
+    for (int d = 1; d < nranks && cnt < max; d++)
+        out[cnt++] = (rank + d) % nranks;
+    return cnt;
+}
+
+/* rank +- 2^i (mod nranks): the peers of binomial trees, Bruck, PAT and the
+ * dissemination barrier. */
+static inline int plait_peers_pow2(int nranks, int rank, int *out, int max)
+{
+    int cnt = 0;
+    for (long d = 1; d < nranks; d *= 2)
+        plait_peers_add_distance(nranks, rank, d, out, &cnt, max);
+    return cnt;
+}
+
 /* Ring generators (algorithms/ring.c): allreduce, broadcast, reduce, allgather,
- * reducescatter. Ring order is rank order; peers are rank +- 1. */
+ * reducescatter. Each channel's ring follows args->order (the identity when
+ * NULL); the table's ring peers are rank +- 1, which is right for the identity
+ * only: whoever supplies other orders must also connect the order's
+ * neighbours (plait_algo_connects does not see the orders). */
 int plait_ring_step(const struct plait_sched_args *args, int channel, uint64_t idx, struct plait_step *out);
 
 /* k-nomial tree broadcast (algorithms/tree.c). */

@@ -153,14 +153,12 @@ void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len);
  * first error; failed communicators are marked in_error. */
 plait_result_t plait_exec_run(struct plait_op *ops);
 
-/* Frees a list of ops (their SCRATCH goes back to the communicator's cache). */
+/* Frees a list of ops (without touching their communicators). */
 void plait_op_free_list(struct plait_op *ops);
 
-/* Takes the op's SCRATCH (the communicator's cached buffer when large enough). */
+/* SCRATCH while an op runs: plait_exec_run takes it (the communicator's cached
+ * buffer when large enough) and gives it back to the cache before it returns. */
 plait_result_t plait_op_acquire_scratch(struct plait_op *op);
-
-/* Gives an op's SCRATCH back to its communicator now (before the op may
- * outlive it: a stream worker does this before it drops the inflight count). */
 void plait_op_release_scratch(struct plait_op *op);
 
 /* Queues an op: into the thread's open group, else runs it now (or on its stream). */

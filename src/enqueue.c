@@ -126,7 +126,10 @@ void plait_op_free_list(struct plait_op *ops)
 {
     while (ops) {
         struct plait_op *next = ops->next;
-        plait_op_release_scratch(ops);
+        /* plait_exec_run gave it back already; never touch the communicator
+         * here (it may be gone once a stream worker dropped its count) */
+        if (ops->scratch)
+            free(ops->scratch - SCRATCH_HDR);
         free(ops);
         ops = next;
     }
@@ -162,7 +165,7 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
 }
 
-static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
+static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
                               void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
                               plait_stream_t stream)
 {
@@ -200,7 +203,7 @@ static plait_result_t ring_op(struct plait_comm *comm, int coll, const char *nam
     return plait_enqueue(op, stream);
 }
 
-/* A point-to-point task: one step over the point-to-point class. */
+/* A point-to-point task (send or recv): one step over the point-to-point class. */
 static void p2p_task(struct plait_op *op, int kind, int peer, uint64_t off, uint64_t count)
 {
     struct plait_comm *comm = op->comm;
@@ -217,13 +220,9 @@ static void p2p_task(struct plait_op *op, int kind, int peer, uint64_t off, uint
         t->lane = plait_lane_send(comm, peer);
         t->step.send_peer = peer;
         t->step.src_off = off;
-    } else if (kind == PLAIT_STEP_RECV) {
+    } else { /* PLAIT_STEP_RECV */
         t->lane = plait_lane_recv(comm, peer);
         t->step.recv_peer = peer;
-        t->step.dst_off = off;
-    } else { /* local copy: its own lane, ordered after nothing that matters */
-        t->lane = plait_lane_recv(comm, comm->rank);
-        t->step.src_off = off;
         t->step.dst_off = off;
     }
 }
@@ -240,7 +239,7 @@ plait_result_t plait_allreduce(const void *sendbuff, void *recvbuff, size_t coun
         (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
         (s = make_red(comm, datatype, op, &red, fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
+    return sched_op(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
 }
 
 plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
@@ -253,7 +252,7 @@ plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t coun
         return s;
     if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return sched_op(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
@@ -268,7 +267,7 @@ plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, 
         return s;
     if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
+    return sched_op(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
 }
 
 plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t sendcount, plait_datatype_t datatype,
@@ -280,7 +279,7 @@ plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t send
         (s = check_buf(sendbuff, sendcount, "sendbuff", fn)) || (s = check_buf(recvbuff, sendcount, "recvbuff", fn)) ||
         (s = check_size(sendcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
+    return sched_op(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
 }
 
 plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t recvcount, plait_datatype_t datatype,
@@ -294,7 +293,7 @@ plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t 
         (s = check_size(recvcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)) ||
         (s = make_red(comm, datatype, op, &red, fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
+    return sched_op(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
 }
 
 plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
@@ -306,7 +305,7 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
     /* One byte that every rank's completion depends on, from every rank:
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
-    return ring_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
+    return sched_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
                    stream);
 }
 
@@ -324,7 +323,7 @@ plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count
     if (count > 0 && sendbuff == recvbuff)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported (sendbuff == recvbuff)",
                            fn);
-    return ring_op(comm, PLAIT_COLL_ALLTOALL, fn, sendbuff, recvbuff, count, datatype, NULL, 0, stream);
+    return sched_op(comm, PLAIT_COLL_ALLTOALL, fn, sendbuff, recvbuff, count, datatype, NULL, 0, stream);
 }
 
 plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -338,7 +337,7 @@ plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, 
         return s;
     if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return sched_op(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -352,7 +351,7 @@ plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count,
         return s;
     if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
         return s;
-    return ring_op(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return sched_op(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,

@@ -46,6 +46,19 @@ static int step_sends(int kind)
            kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
 }
 
+/* The sides of a moving (not local, not SENDRECV) step that touch memory. */
+static int step_reads_src(int kind)
+{
+    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+static int step_writes_dst(int kind)
+{
+    return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
+           kind == PLAIT_STEP_RECV_COPY_SEND;
+}
+
 static const char *buf_ptr(const struct plait_op *op, int which)
 {
     return which == PLAIT_BUF_INPUT ? op->sendbuff : which == PLAIT_BUF_OUTPUT ? op->recvbuff : op->scratch;
@@ -255,8 +268,13 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
             }
         }
-        const char *src = buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es;
-        char *dst = (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es;
+        /* Only the sides the kind uses: a generator may leave the other pointing
+         * at a buffer this rank does not have (NULL plus an offset). */
+        const char *src = step_reads_src(st->kind) ? buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es
+                                                   : NULL;
+        char *dst = step_writes_dst(st->kind)
+                        ? (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es
+                        : NULL;
         switch (st->kind) {
         case PLAIT_STEP_SEND:
             if (st->flags)

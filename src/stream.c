@@ -58,10 +58,8 @@ static void run_item(struct plait_stream *s, struct item *it)
             for (struct plait_op *op = it->ops; op; op = op->next)
                 plait_comm_set_async_error(op->comm, r, plait_last_error_get());
         }
-        for (struct plait_op *op = it->ops; op; op = op->next) {
-            plait_op_release_scratch(op);
+        for (struct plait_op *op = it->ops; op; op = op->next)
             __atomic_sub_fetch(&op->comm->inflight, 1, __ATOMIC_ACQ_REL);
-        }
         plait_op_free_list(it->ops);
     } else if (it->kind == ITEM_RECORD) {
         pthread_mutex_lock(&it->event->lock);

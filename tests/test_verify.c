@@ -1149,8 +1149,32 @@ Test(verify, reduce_step_and_scratch_verify)
     plait_verify_result_free(&r);
 }
 
+/* The connections a ring over given orders needs: each rank's neighbours in
+ * every channel's order (the verifier's peers function sees no orders, so the
+ * test keeps them here). */
+static const int32_t *g_order, *g_pos;
+static int g_nch;
+
+static int order_neighbours(int nranks, int rank, int radix, int *out, int max)
+{
+    (void)radix;
+    int cnt = 0;
+    for (int c = 0; c < g_nch; c++) {
+        const int p = g_pos[c * nranks + rank];
+        const int cand[2] = {g_order[c * nranks + (p + 1) % nranks], g_order[c * nranks + (p + nranks - 1) % nranks]};
+        for (int k = 0; k < 2; k++) {
+            int dup = cand[k] == rank;
+            for (int i = 0; i < cnt && !dup; i++)
+                dup = out[i] == cand[k];
+            if (!dup && cnt < max)
+                out[cnt++] = cand[k];
+        }
+    }
+    return cnt;
+}
+
 /* The ring follows per-channel rank orders: random permutations, every
- * collective, two and three channels. */
+ * collective, three channels; every step uses a connection of the orders. */
 Test(verify, ring_follows_rank_orders)
 {
     static const int ranks[] = {2, 3, 5, 8, 13};
@@ -1177,6 +1201,10 @@ Test(verify, ring_follows_rank_orders)
                     config(plait_ring_step, all_colls[ci], n, 1000, nch, 16, 4, clamp_chunk(1 << 20, 16, 4, 4), 4);
                 cfg.args.order = order;
                 cfg.args.pos = pos;
+                g_order = order;
+                g_pos = pos;
+                g_nch = nch;
+                cfg.peers = order_neighbours;
                 cfg.args.root = n / 2;
                 cfg.is_inplace = inplace;
                 expect_ok(&cfg);
