@@ -149,8 +149,11 @@ static plait_result_t bad(int strict, const char *varname, const char *spec, con
     if (strict)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\": %s \"%.*s\" (valid %s)", varname, spec, what,
                            (int)toklen, tok, valid);
-    PLAIT_WARN(PLAIT_SUBSYS_ENV, "%s=\"%s\": %s \"%.*s\" is not one of plait's; plait chooses instead (%s)", varname,
-               spec, what, (int)toklen, tok, valid);
+    /* once per process: settings are read at every init */
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "%s=\"%s\": %s \"%.*s\" is not one of plait's; plait chooses instead (%s)",
+                   varname, spec, what, (int)toklen, tok, valid);
     return PLAIT_SUCCESS;
 }
 

@@ -540,15 +540,21 @@ static void *init_thread_main(void *arg)
     struct init_job *job = arg;
     struct plait_comm *comm = job->comm;
     plait_result_t res = comm_setup(comm, &job->id, job->start_root);
-    if (res)
+    if (res) {
+        /* the error first: a call must never see "not pending" on a
+         * communicator whose setup failed */
         plait_comm_set_async_error(comm, res, plait_last_error_get());
-    else {
+        __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
+    } else {
+        /* not pending before success is published: a caller that sees
+         * PLAIT_SUCCESS from plait_comm_get_async_error may call at once */
+        __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
         pthread_mutex_lock(&comm->async_lock);
         if (comm->async_error == PLAIT_IN_PROGRESS)
             comm->async_error = PLAIT_SUCCESS;
         pthread_mutex_unlock(&comm->async_lock);
     }
-    __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
     free(job);
     return NULL;
 }
