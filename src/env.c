@@ -50,8 +50,11 @@ const struct plait_env_var plait_env_table[] = {
      "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). Unset: plait chooses by a "
      "documented rule (docs/algorithms.md, \"Selection\")."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
-    {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "", "Upper bound on channels (CTAs on a GPU), like the config's max_ctas."},
-    {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "", "Lower bound on channels (CTAs on a GPU), like the config's min_ctas."},
+    {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "",
+     "Upper bound on channels (CTAs on a GPU), like the config's max_ctas: 0..64 as NCCL accepts; plait runs at most "
+     "32 channels."},
+    {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "",
+     "Lower bound on channels (CTAs on a GPU), like the config's min_ctas: 0..64; plait runs at most 32 channels."},
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
     {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
     {"PLAIT_SECRET", NULL, "",
@@ -63,6 +66,26 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_PORT_OFFSET", NULL, "1",
      "plait_comm_init_from_env under torchrun/MASTER_PORT: plait's root listens on MASTER_PORT + this offset, not on "
      "the TCPStore's port."},
+    /* NCCL's variables for features plait does not have (yet): read so that
+     * scripts written for NCCL keep running, with one WARN where the setting is
+     * ignored (see plait_settings_load). */
+    {"NCCL_PROTO", NULL, "",
+     "NCCL's protocol choice. plait has one protocol, NCCL's Simple (slots and counters): a value that allows "
+     "Simple (\"Simple\", \"LL,Simple\", \"^LL128\") is honoured as it is; any other gives one WARN and is ignored."},
+    {"NCCL_TOPO_FILE", NULL, "", "NCCL's topology XML. plait has no topology model yet: one WARN, ignored."},
+    {"NCCL_TOPO_DUMP_FILE", NULL, "", "Where NCCL dumps its topology. plait has none yet: one WARN, nothing written."},
+    {"NCCL_IB_HCA", NULL, "",
+     "HCAs for NCCL's InfiniBand transport. plait has no InfiniBand transport yet (TCP between hosts): one WARN, "
+     "ignored."},
+    {"NCCL_NET", NULL, "",
+     "NCCL's network by name. \"Socket\" is what plait uses between hosts (TCP); any other name (IB, a plugin) gives "
+     "one WARN and is ignored."},
+    {"NCCL_P2P_DISABLE", NULL, "",
+     "Disables NCCL's GPU peer-to-peer transport (CUDA IPC, NVLink). plait has no GPU transport yet, so it is "
+     "always off: accepted, no effect."},
+    {"NCCL_SHM_DISABLE", NULL, "0",
+     "1: ranks in different processes of one host talk over TCP instead of shared memory, as PLAIT_TRANSPORT=socket "
+     "(which also covers threads of one process). PLAIT_TRANSPORT wins when set."},
     /* Launchers' own variables, read (never written) by plait_comm_init_from_env. */
     {"RANK", NULL, "", "torchrun: this process's rank (with WORLD_SIZE)."},
     {"WORLD_SIZE", NULL, "", "torchrun: number of ranks."},
@@ -126,6 +149,44 @@ static plait_result_t parse_seconds(const char *name, double deflt, double *out)
     return PLAIT_SUCCESS;
 }
 
+/* Whether an NCCL_PROTO value lets NCCL use its Simple protocol, plait's only
+ * one: 1 yes, 0 no, -1 a form not understood (per-collective lists). */
+static int nccl_proto_allows_simple(const char *v)
+{
+    if (strchr(v, ':') || strchr(v, ';'))
+        return -1;
+    int exclude = v[0] == '^';
+    int has_simple = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", v + exclude);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (strcasecmp(tok, "Simple") == 0)
+            has_simple = 1;
+    return exclude ? !has_simple : has_simple;
+}
+
+/* NCCL's variables for features plait lacks: one WARN per process for each
+ * that is set to something plait cannot honour. */
+static void warn_nccl_only_settings(void)
+{
+    static int warned;
+    if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        return;
+    const char *v = getenv("NCCL_PROTO");
+    if (v && *v && nccl_proto_allows_simple(v) != 1)
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_PROTO=%s is ignored: plait has one protocol (NCCL's Simple)", v);
+    if ((v = getenv("NCCL_TOPO_FILE")) && *v)
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_TOPO_FILE=%s is ignored: plait has no topology model yet", v);
+    if ((v = getenv("NCCL_TOPO_DUMP_FILE")) && *v)
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_TOPO_DUMP_FILE=%s is ignored: plait has no topology to dump yet", v);
+    if ((v = getenv("NCCL_IB_HCA")) && *v)
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_IB_HCA=%s is ignored: plait has no InfiniBand transport yet (TCP between hosts)",
+                   v);
+    if ((v = getenv("NCCL_NET")) && *v && strcasecmp(v, "Socket") != 0)
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_NET=%s is ignored: plait uses TCP sockets between hosts", v);
+}
+
 plait_result_t plait_settings_load(struct plait_settings *s)
 {
     memset(s, 0, sizeof(*s));
@@ -160,10 +221,10 @@ plait_result_t plait_settings_load(struct plait_settings *s)
     if ((res = parse_long("PLAIT_TREE_RADIX", 2, 16, 2, &v)))
         return res;
     s->tree_radix = (int)v;
-    if ((res = parse_long("PLAIT_MAX_CTAS", 0, 32, 0, &v)))
+    if ((res = parse_long("PLAIT_MAX_CTAS", 0, 64, 0, &v)))
         return res;
     s->max_ctas = (int)v;
-    if ((res = parse_long("PLAIT_MIN_CTAS", 0, 32, 0, &v)))
+    if ((res = parse_long("PLAIT_MIN_CTAS", 0, 64, 0, &v)))
         return res;
     s->min_ctas = (int)v;
     const char *tp = plait_env_get("PLAIT_TRANSPORT");
@@ -173,6 +234,12 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         s->transport_force = PLAIT_FORCE_SOCKET;
     else
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TRANSPORT=\"%s\" is unknown (valid: auto, socket)", tp);
+    /* NCCL_SHM_DISABLE=1 asks for no shared memory between processes: TCP, as
+     * PLAIT_TRANSPORT=socket, which wins when set at all. */
+    const char *shm_off = getenv("NCCL_SHM_DISABLE");
+    if (!tp && shm_off && strtol(shm_off, NULL, 10) != 0)
+        s->transport_force = PLAIT_FORCE_SOCKET;
+    warn_nccl_only_settings();
     /* PLAIT_ALGO is strict (a wrong name fails init); NCCL_ALGO, written for
      * NCCL, may name algorithms plait does not have: a WARN, then plait chooses. */
     const char *algo = getenv("PLAIT_ALGO");
@@ -222,7 +289,7 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
     }
     if (a->transport_force != b->transport_force) {
         snprintf(buf, len, "%s vs %s", a->transport_force ? "socket" : "auto", b->transport_force ? "socket" : "auto");
-        return "PLAIT_TRANSPORT";
+        return "PLAIT_TRANSPORT (or NCCL_SHM_DISABLE)";
     }
     return NULL;
 }
