@@ -80,14 +80,9 @@ int plait_bruck_alltoall_step(const struct plait_sched_args *a, int channel, uin
     uint64_t per_iter = 1;
     while ((1ull << rounds) < n)
         per_iter += round_size(n, rounds++);
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t iter = idx / per_iter;
-    uint64_t s = idx % per_iter;
-    if (lo >= hi || iter >= (hi - lo + a->chunk_elems - 1) / a->chunk_elems)
+    uint64_t base, len, s;
+    if (!plait_sched_chunk_iter(a, channel, idx, per_iter, &base, &len, &s))
         return 0;
-    const uint64_t base = lo + iter * a->chunk_elems;
-    const uint64_t len = hi - base < a->chunk_elems ? hi - base : a->chunk_elems;
     out->flags = 0;
     out->count = len;
     if (s == 0) {

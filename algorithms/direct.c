@@ -64,6 +64,38 @@ static void put(struct plait_step *st, int kind, int src_buf, uint64_t src_off, 
     st->count = count;
 }
 
+/* One round of a direct exchange, counted down by *s: sn elements of
+ * sbuf[soff..] to `to` and dn elements from `from` into dbuf[doff..]. Equal
+ * sizes make one SENDRECV, different ones (a short last block) a SEND then a
+ * RECV, so both ends number the same pieces. Returns 1 with *out filled when
+ * *s falls in this round, else takes the round's steps off *s and returns 0. */
+static int exchange_step(uint64_t *s, int to, int sbuf, uint64_t soff, uint64_t sn, int from, int dbuf, uint64_t doff,
+                         uint64_t dn, struct plait_step *out)
+{
+    if (sn == dn) {
+        if (*s == 0) {
+            put(out, PLAIT_STEP_SENDRECV, sbuf, soff, dbuf, doff, sn, 0);
+            out->send_peer = to;
+            out->recv_peer = from;
+            return 1;
+        }
+        *s -= 1;
+        return 0;
+    }
+    if (*s == 0) {
+        put(out, PLAIT_STEP_SEND, sbuf, soff, dbuf, 0, sn, 0);
+        out->send_peer = to;
+        return 1;
+    }
+    if (*s == 1) {
+        put(out, PLAIT_STEP_RECV, sbuf, 0, dbuf, doff, dn, 0);
+        out->recv_peer = from;
+        return 1;
+    }
+    *s -= 2;
+    return 0;
+}
+
 /* The largest range a channel gets (channel 0's). */
 static uint64_t max_channel_range(const struct plait_sched_args *a)
 {
@@ -227,27 +259,8 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
         const uint64_t to_n = block_size((uint64_t)to, cs, len);
         const uint64_t to_lo = base + block_lo((uint64_t)to, cs, len);
         const uint64_t dst = sbase + (uint64_t)(i - 1) * slot;
-        if (to_n == my_n) {
-            if (s == 0) {
-                put(out, PLAIT_STEP_SENDRECV, PLAIT_BUF_INPUT, to_lo, PLAIT_BUF_SCRATCH, dst, my_n, 0);
-                out->send_peer = to;
-                out->recv_peer = from;
-                return 1;
-            }
-            s--;
-            continue;
-        }
-        if (s == 0) {
-            put(out, PLAIT_STEP_SEND, PLAIT_BUF_INPUT, to_lo, PLAIT_BUF_OUTPUT, 0, to_n, 0);
-            out->send_peer = to;
+        if (exchange_step(&s, to, PLAIT_BUF_INPUT, to_lo, to_n, from, PLAIT_BUF_SCRATCH, dst, my_n, out))
             return 1;
-        }
-        if (s == 1) {
-            put(out, PLAIT_STEP_RECV, PLAIT_BUF_INPUT, 0, PLAIT_BUF_SCRATCH, dst, my_n, 0);
-            out->recv_peer = from;
-            return 1;
-        }
-        s -= 2;
     }
     if (s < red) {
         reduce_step(n, r, s, my_lo, my_n, sbase, slot, out);
@@ -259,27 +272,8 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
         const int to = (r + i) % n, from = (r - i + n) % n;
         const uint64_t from_n = block_size((uint64_t)from, cs, len);
         const uint64_t from_lo = base + block_lo((uint64_t)from, cs, len);
-        if (from_n == my_n) {
-            if (s == 0) {
-                put(out, PLAIT_STEP_SENDRECV, PLAIT_BUF_OUTPUT, my_lo, PLAIT_BUF_OUTPUT, from_lo, my_n, 0);
-                out->send_peer = to;
-                out->recv_peer = from;
-                return 1;
-            }
-            s--;
-            continue;
-        }
-        if (s == 0) {
-            put(out, PLAIT_STEP_SEND, PLAIT_BUF_OUTPUT, my_lo, PLAIT_BUF_OUTPUT, 0, my_n, 0);
-            out->send_peer = to;
+        if (exchange_step(&s, to, PLAIT_BUF_OUTPUT, my_lo, my_n, from, PLAIT_BUF_OUTPUT, from_lo, from_n, out))
             return 1;
-        }
-        if (s == 1) {
-            put(out, PLAIT_STEP_RECV, PLAIT_BUF_INPUT, 0, PLAIT_BUF_OUTPUT, from_lo, from_n, 0);
-            out->recv_peer = from;
-            return 1;
-        }
-        s -= 2;
     }
     return 0;
 }

@@ -46,15 +46,9 @@ int plait_dissemination_step(const struct plait_sched_args *a, int channel, uint
     uint64_t rounds = 0;
     while ((1ull << rounds) < n)
         rounds++;
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t steps = 1 + 2 * rounds;
-    const uint64_t iter = idx / steps;
-    const uint64_t s = idx % steps;
-    if (lo >= hi || iter >= (hi - lo + a->chunk_elems - 1) / a->chunk_elems)
+    uint64_t base, len, s;
+    if (!plait_sched_chunk_iter(a, channel, idx, 1 + 2 * rounds, &base, &len, &s))
         return 0;
-    const uint64_t base = lo + iter * a->chunk_elems;
-    const uint64_t len = hi - base < a->chunk_elems ? hi - base : a->chunk_elems;
     out->flags = 0;
     out->count = len;
     out->send_peer = -1;

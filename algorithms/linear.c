@@ -39,15 +39,9 @@ int plait_linear_step(const struct plait_sched_args *a, int channel, uint64_t id
     const int is_gather = a->coll == PLAIT_COLL_GATHER;
     const int is_root = a->rank == a->root;
     const uint64_t n = (uint64_t)a->nranks;
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t steps = is_root ? n : 1;
-    const uint64_t iter = idx / steps;
-    const uint64_t s = idx % steps;
-    if (lo >= hi || iter >= (hi - lo + a->chunk_elems - 1) / a->chunk_elems)
+    uint64_t base, len, s;
+    if (!plait_sched_chunk_iter(a, channel, idx, is_root ? n : 1, &base, &len, &s))
         return 0;
-    const uint64_t base = lo + iter * a->chunk_elems;
-    const uint64_t len = hi - base < a->chunk_elems ? hi - base : a->chunk_elems;
     out->flags = 0;
     out->count = len;
     out->src_buf = PLAIT_BUF_INPUT;

@@ -43,14 +43,9 @@ int plait_pairwise_step(const struct plait_sched_args *a, int channel, uint64_t 
         return 0;
     const uint64_t n = (uint64_t)a->nranks;
     const uint64_t r = (uint64_t)a->rank;
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t iter = idx / (2 * n - 1);
-    const uint64_t s = idx % (2 * n - 1);
-    if (lo >= hi || iter >= (hi - lo + a->chunk_elems - 1) / a->chunk_elems)
+    uint64_t base, len, s;
+    if (!plait_sched_chunk_iter(a, channel, idx, 2 * n - 1, &base, &len, &s))
         return 0;
-    const uint64_t base = lo + iter * a->chunk_elems;
-    const uint64_t len = hi - base < a->chunk_elems ? hi - base : a->chunk_elems;
     out->flags = 0;
     out->count = len;
     out->src_buf = PLAIT_BUF_INPUT;

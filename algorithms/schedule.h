@@ -146,6 +146,24 @@ static inline void plait_sched_channel_range(uint64_t total, int nchannels, int 
     *hi = h;
 }
 
+/* The chunk iteration of a step: a channel walks its range in chunks of
+ * chunk_elems, `steps` steps per chunk. For step idx, fills the chunk's first
+ * element *base, its length *len and the step's index within it *s; returns 0
+ * when idx is past the channel's last chunk (or the range is empty). */
+static inline int plait_sched_chunk_iter(const struct plait_sched_args *a, int channel, uint64_t idx, uint64_t steps,
+                                         uint64_t *base, uint64_t *len, uint64_t *s)
+{
+    uint64_t lo, hi;
+    plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
+    const uint64_t iter = idx / steps;
+    if (lo >= hi || iter >= (hi - lo + a->chunk_elems - 1) / a->chunk_elems)
+        return 0;
+    *s = idx % steps;
+    *base = lo + iter * a->chunk_elems;
+    *len = hi - *base < a->chunk_elems ? hi - *base : a->chunk_elems;
+    return 1;
+}
+
 /* Every collective on one rank: one COPY per channel of its range, with PRE|POST
  * for the reductions (avg and premulsum still apply). Returns like a generator. */
 static inline int plait_sched_single_rank(const struct plait_sched_args *a, int channel, uint64_t idx,
