@@ -1447,6 +1447,8 @@ Test(verify, barrier_semantics)
     r = run(&cfg);
     cr_expect(!r.is_ok);
     cr_expect_gt(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0);
+    /* and it is the duplicates that are named, not only the missing pre/post */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "duplicated contribution"));
     plait_verify_result_free(&r);
 }
 
