@@ -37,14 +37,6 @@ static uint64_t log2_ceil(uint64_t n)
     return k;
 }
 
-/* The largest slice any channel handles: channel 0's. */
-static uint64_t max_slice(const struct plait_sched_args *a)
-{
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return hi - lo;
-}
-
 static void local_copy(struct plait_step *out, int src_buf, uint64_t src_off, int dst_buf, uint64_t dst_off,
                        uint64_t count)
 {
@@ -86,7 +78,7 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
     if (base >= hi)
         return 0;
     const uint64_t cur = plait_umin(len, hi - base);
-    const uint64_t slots = (uint64_t)channel * n * plait_umin(a->chunk_elems, max_slice(a));
+    const uint64_t slots = (uint64_t)channel * n * plait_sched_chunk_slot(a);
 
     if (s == 0) {
         local_copy(out, PLAIT_BUF_INPUT, base, PLAIT_BUF_OUTPUT, r * a->count + base, cur);
@@ -135,5 +127,5 @@ uint64_t plait_bruck_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks <= 1 || a->count == 0)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)a->nranks * plait_umin(a->chunk_elems, max_slice(a));
+    return (uint64_t)a->nchannels * (uint64_t)a->nranks * plait_sched_chunk_slot(a);
 }

@@ -58,14 +58,6 @@ static uint64_t round_size(uint64_t n, int k)
     return full + (rem > bit ? rem - bit : 0);
 }
 
-/* Elements per slot: the largest channel slice, at most one chunk. */
-static uint64_t slot_elems(const struct plait_sched_args *a)
-{
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return hi - lo < a->chunk_elems ? hi - lo : a->chunk_elems;
-}
-
 int plait_bruck_alltoall_supports(int nranks)
 {
     (void)nranks;
@@ -105,7 +97,7 @@ int plait_bruck_alltoall_step(const struct plait_sched_args *a, int channel, uin
     const int hops = popcount64(i);
     const int done = popcount64(i & (bit - 1)); /* hops before this one */
     /* a slot holds one iteration's slice of its index at a time */
-    const uint64_t slot = ((uint64_t)channel * n + i) * slot_elems(a);
+    const uint64_t slot = ((uint64_t)channel * n + i) * plait_sched_chunk_slot(a);
     /* where index i is after h hops (h > 0): SCRATCH slot i when an odd
      * number of hops is left, else OUTPUT block (r-i), the final place once
      * none is left */
@@ -137,5 +129,5 @@ uint64_t plait_bruck_alltoall_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks < 4)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)a->nranks * slot_elems(a);
+    return (uint64_t)a->nchannels * (uint64_t)a->nranks * plait_sched_chunk_slot(a);
 }

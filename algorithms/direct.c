@@ -96,15 +96,6 @@ static int exchange_step(uint64_t *s, int to, int sbuf, uint64_t soff, uint64_t 
     return 0;
 }
 
-/* The largest range a channel gets (channel 0's). */
-static uint64_t max_channel_range(const struct plait_sched_args *a)
-{
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return hi - lo;
-}
-
-/* Every other rank, from rank+1 on (O(n): the verifier may ask per step). */
 /* Where contribution x_q of the chunk/block at `off` is on rank r: its own in
  * INPUT, the others in the SCRATCH slot of the round that brought them. */
 static void contribution(int n, int r, int q, uint64_t off, uint64_t sbase, uint64_t slot, int *buf, uint64_t *at)
@@ -153,12 +144,6 @@ int plait_oneshot_supports(int coll, int nranks)
     return coll == PLAIT_COLL_ALLREDUCE && nranks <= DIRECT_MAX_RANKS;
 }
 
-/* Elements of one SCRATCH slot: a chunk, or less when no channel has that much. */
-static uint64_t oneshot_slot(const struct plait_sched_args *a)
-{
-    return plait_umin(a->chunk_elems, max_channel_range(a));
-}
-
 int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
 {
     const int n = a->nranks, r = a->rank;
@@ -172,7 +157,7 @@ int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t i
     if (base >= hi)
         return 0;
     const uint64_t len = plait_umin(a->chunk_elems, hi - base);
-    const uint64_t slot = oneshot_slot(a);
+    const uint64_t slot = plait_sched_chunk_slot(a);
     const uint64_t sbase = (uint64_t)channel * (uint64_t)(n - 1) * slot;
     if (s < (uint64_t)n - 1) {
         const int i = (int)s + 1;
@@ -196,7 +181,7 @@ uint64_t plait_oneshot_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks <= 1)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)(a->nranks - 1) * oneshot_slot(a);
+    return (uint64_t)a->nchannels * (uint64_t)(a->nranks - 1) * plait_sched_chunk_slot(a);
 }
 
 /* ------------------------------------------------------------------ two-shot */
@@ -210,7 +195,7 @@ int plait_twoshot_supports(int coll, int nranks)
 static uint64_t twoshot_slot(const struct plait_sched_args *a)
 {
     const uint64_t n = (uint64_t)a->nranks;
-    return plait_umin(a->chunk_elems, plait_round_up((max_channel_range(a) + n - 1) / n, a->align_elems));
+    return plait_umin(a->chunk_elems, plait_round_up((plait_sched_max_channel_range(a) + n - 1) / n, a->align_elems));
 }
 
 /* Block k of a chunk of len elements split in n blocks of cs. */

@@ -391,14 +391,6 @@ static uint64_t column_rings(const struct hier_map *m)
     return (uint64_t)((m->Lmax - m->j + m->P - 1) / m->P);
 }
 
-/* SCRATCH slot of a reducescatter: a chunk, or less when no channel has that much. */
-static uint64_t rs_slot(const struct plait_sched_args *a)
-{
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return plait_umin(a->chunk_elems, hi - lo);
-}
-
 static int reducescatter_step(const struct plait_sched_args *a, const struct hier_map *m, int channel, uint64_t idx,
                               struct plait_step *out)
 {
@@ -420,7 +412,7 @@ static int reducescatter_step(const struct plait_sched_args *a, const struct hie
         return 0;
     const uint64_t len = plait_umin(a->chunk_elems, hi - base);
     /* SCRATCH: slot (hh, m) of each channel holds the host sum of block (hh, j + m*P) */
-    const uint64_t slot = rs_slot(a), sbase = (uint64_t)channel * H * M * slot;
+    const uint64_t slot = plait_sched_chunk_slot(a), sbase = (uint64_t)channel * H * M * slot;
     const uint64_t cnt_of = a->count;
     if (s < n1) { /* inside the host: one ring per (host hh, m) */
         uint64_t hh, mm;
@@ -569,5 +561,5 @@ uint64_t plait_hier_scratch(const struct plait_sched_args *a)
     map_init(a, &m);
     if (m.H <= 1)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)m.H * (uint64_t)m.M * rs_slot(a);
+    return (uint64_t)a->nchannels * (uint64_t)m.H * (uint64_t)m.M * plait_sched_chunk_slot(a);
 }

@@ -54,6 +54,38 @@ enum plait_step_kind {
     PLAIT_STEP_KINDS
 };
 
+/* What each kind does, for the executor and the verifier alike: whether it
+ * receives from recv_peer, sends to send_peer, reads src, writes dst. */
+static inline int plait_step_is_sendrecv(int kind)
+{
+    return kind == PLAIT_STEP_SENDRECV || kind == PLAIT_STEP_SENDRECV_REDUCE;
+}
+
+static inline int plait_step_recvs(int kind)
+{
+    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY && kind != PLAIT_STEP_REDUCE;
+}
+
+static inline int plait_step_sends(int kind)
+{
+    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || plait_step_is_sendrecv(kind);
+}
+
+static inline int plait_step_reads_src(int kind)
+{
+    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
+           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_REDUCE ||
+           plait_step_is_sendrecv(kind);
+}
+
+static inline int plait_step_writes_dst(int kind)
+{
+    return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
+           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_REDUCE ||
+           plait_step_is_sendrecv(kind);
+}
+
 /* Buffers a step reads or writes. SCRATCH is a per-operation buffer of the
  * executor's, of the size the algorithm's scratch() function asks for (in
  * elements, per rank, for all channels together); its content is undefined until
@@ -144,6 +176,20 @@ static inline void plait_sched_channel_range(uint64_t total, int nchannels, int 
         h = total;
     *lo = l;
     *hi = h;
+}
+
+/* The largest range any channel handles (channel 0's), and the most of it one
+ * chunk covers: the per-channel size of a chunk-sized SCRATCH slot. */
+static inline uint64_t plait_sched_max_channel_range(const struct plait_sched_args *a)
+{
+    uint64_t lo, hi;
+    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
+    return hi - lo;
+}
+
+static inline uint64_t plait_sched_chunk_slot(const struct plait_sched_args *a)
+{
+    return plait_umin(a->chunk_elems, plait_sched_max_channel_range(a));
 }
 
 /* The chunk iteration of a step: a channel walks its range in chunks of

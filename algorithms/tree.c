@@ -146,16 +146,6 @@ int plait_knomial_peers(int nranks, int rank, int radix, int *out, int max)
     return cnt;
 }
 
-/* SCRATCH elements one channel of a reduce uses (when it uses any): one
- * chunk, or the largest channel range when that is smaller (channel 0's range
- * is the largest). */
-static uint64_t reduce_scratch_per_channel(const struct plait_sched_args *a)
-{
-    uint64_t lo, hi;
-    plait_sched_channel_range(a->count, a->nchannels, 0, a->align_elems, &lo, &hi);
-    return hi - lo < a->chunk_elems ? hi - lo : a->chunk_elems;
-}
-
 /* k-nomial reduce: the broadcast's tree with the data flowing up (see the
  * header comment). Per chunk, a rank with m children takes m steps (a leaf
  * one SEND). */
@@ -179,7 +169,7 @@ static int knomial_reduce_step(const struct plait_sched_args *a, int channel, ui
 
     /* the accumulator: the root's OUTPUT, else this channel's chunk of SCRATCH */
     const int acc_buf = parent < 0 ? PLAIT_BUF_OUTPUT : PLAIT_BUF_SCRATCH;
-    const uint64_t acc_off = parent < 0 ? base : (uint64_t)channel * reduce_scratch_per_channel(a);
+    const uint64_t acc_off = parent < 0 ? base : (uint64_t)channel * plait_sched_chunk_slot(a);
     out->flags = 0;
     out->count = len;
     out->send_peer = -1;
@@ -259,5 +249,5 @@ uint64_t plait_tree_scratch(const struct plait_sched_args *a)
     long children[TREE_MAX_CHILDREN];
     if (knomial_children(vr, n, radix_of(a), children) < 2)
         return 0;
-    return (uint64_t)a->nchannels * reduce_scratch_per_channel(a);
+    return (uint64_t)a->nchannels * plait_sched_chunk_slot(a);
 }

@@ -217,43 +217,6 @@ static const char *buf_name(int buf)
     return buf == PLAIT_BUF_INPUT ? "INPUT" : buf == PLAIT_BUF_OUTPUT ? "OUTPUT" : "SCRATCH";
 }
 
-/* The executor's classification of kinds (src/exec.c). */
-static int step_recvs(int kind)
-{
-    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY && kind != PLAIT_STEP_REDUCE;
-}
-
-static int step_sends(int kind)
-{
-    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_SENDRECV ||
-           kind == PLAIT_STEP_SENDRECV_REDUCE;
-}
-
-static int is_sendrecv(int kind)
-{
-    return kind == PLAIT_STEP_SENDRECV || kind == PLAIT_STEP_SENDRECV_REDUCE;
-}
-
-static int step_reads_src(int kind)
-{
-    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND || kind == PLAIT_STEP_COPY || is_sendrecv(kind) ||
-           kind == PLAIT_STEP_REDUCE;
-}
-
-static int step_writes_dst(int kind)
-{
-    return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_COPY_SEND || kind == PLAIT_STEP_COPY || is_sendrecv(kind) ||
-           kind == PLAIT_STEP_REDUCE;
-}
-
-static uint64_t umin(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
 static uint64_t umax(uint64_t a, uint64_t b)
 {
     return a > b ? a : b;
@@ -555,13 +518,13 @@ static void store_write(struct vctx *c, struct store *s, uint64_t lo, uint64_t l
     for (size_t k = i0; k < j0; k++) {
         const struct seg *g = store_at(s, k);
         if (g->lo < lo)
-            segv_push(c, t, g->lo, umin(g->hi, lo), g->node, g->delta, g->writer);
+            segv_push(c, t, g->lo, plait_umin(g->hi, lo), g->node, g->delta, g->writer);
     }
     for (size_t k = 0; k < L->n; k++) {
         const struct seg *l = &L->v[k];
         if (l->lo >= len)
             break;
-        segv_push(c, t, lo + l->lo, lo + umin(l->hi, len), l->node, l->delta - lo, writer);
+        segv_push(c, t, lo + l->lo, lo + plait_umin(l->hi, len), l->node, l->delta - lo, writer);
     }
     for (size_t k = i0; k < j0; k++) {
         const struct seg *g = store_at(s, k);
@@ -681,7 +644,7 @@ static void buf_read(struct vctx *c, struct task *t, int buf, uint64_t off, uint
 {
     const int rank = task_rank(c, t), ch = task_ch(c, t);
     const uint64_t size = buf_size(c, rank, buf);
-    const uint64_t inb = off >= size ? 0 : umin(len, size - off);
+    const uint64_t inb = off >= size ? 0 : plait_umin(len, size - off);
     L->n = 0;
     if (inb) {
         uint64_t add;
@@ -693,19 +656,19 @@ static void buf_read(struct vctx *c, struct task *t, int buf, uint64_t off, uint
             const struct seg *g = k < n ? store_at(s, k) : NULL;
             const uint64_t a = g ? umax(g->lo, lo) : hi;
             if (a > pos) {
-                segv_push(c, L, pos - lo, umin(a, hi) - lo, c->poison, 0, -1);
+                segv_push(c, L, pos - lo, plait_umin(a, hi) - lo, c->poison, 0, -1);
                 if (!(t->reported & R_UNWRITTEN)) {
                     t->reported |= R_UNWRITTEN;
                     report(c, PLAIT_VERIFY_UNWRITTEN_READ, rank, ch, t->idx,
                            "rank %d channel %d step %" PRIu64 " (%s): reads %s[%" PRIu64 ", %" PRIu64
                            ") before anything wrote it",
                            rank, ch, t->idx, plait_step_kind_name(t->st.kind), buf_name(buf), pos - add,
-                           umin(a, hi) - add);
+                           plait_umin(a, hi) - add);
                 }
             }
             if (!g || g->lo >= hi)
                 break;
-            const uint64_t b = umin(g->hi, hi);
+            const uint64_t b = plait_umin(g->hi, hi);
             segv_push(c, L, a - lo, b - lo, g->node, g->delta + lo, g->writer);
             if (g->writer >= 0 && g->writer != ch && !(t->reported & R_RACE)) {
                 t->reported |= R_RACE;
@@ -734,7 +697,7 @@ static void buf_write(struct vctx *c, struct task *t, int buf, uint64_t off, uin
 {
     const int rank = task_rank(c, t), ch = task_ch(c, t);
     const uint64_t size = buf_size(c, rank, buf);
-    const uint64_t inb = off >= size ? 0 : umin(len, size - off);
+    const uint64_t inb = off >= size ? 0 : plait_umin(len, size - off);
     if (inb < len && !(t->reported & R_BOUNDS)) {
         t->reported |= R_BOUNDS;
         report(c, PLAIT_VERIFY_OUT_OF_BOUNDS, rank, ch, t->idx,
@@ -759,7 +722,7 @@ static void buf_write(struct vctx *c, struct task *t, int buf, uint64_t off, uin
                        "rank %d channel %d step %" PRIu64 " (%s): overwrites %s[%" PRIu64 ", %" PRIu64
                        ") written by channel %d (channels are not ordered)",
                        rank, ch, t->idx, plait_step_kind_name(t->st.kind), buf_name(buf),
-                       umax(g->lo, off + add) - add, umin(g->hi, off + add + inb) - add, (int)g->writer);
+                       umax(g->lo, off + add) - add, plait_umin(g->hi, off + add + inb) - add, (int)g->writer);
                 break;
             }
         }
@@ -903,7 +866,7 @@ static uint64_t fifo_match(const struct vctx *c, const struct fifo *f, uint64_t 
             *grp = g;
             return m;
         }
-        uint64_t take = umin(g->n - used, nfull - m);
+        uint64_t take = plait_umin(g->n - used, nfull - m);
         m += take;
         used += take;
         if (used == g->n) {
@@ -931,7 +894,7 @@ static void fifo_pop(struct vctx *c, struct fifo *f, uint64_t len, uint64_t k, s
     L->n = 0;
     while (f->head < end && f->seg_start < f->seg_end) {
         struct seg *g = &f->seg[f->seg_start];
-        const uint64_t b = umin(g->hi, end);
+        const uint64_t b = plait_umin(g->hi, end);
         segv_push(c, L, f->head - head, b - head, g->node, g->delta + head, -1);
         f->head = b;
         if (g->hi <= end)
@@ -945,7 +908,7 @@ static void fifo_pop(struct vctx *c, struct fifo *f, uint64_t len, uint64_t k, s
     f->pieces -= k;
     while (k) {
         struct grp *g = &f->grp[f->grp_start];
-        uint64_t take = umin(k, g->n);
+        uint64_t take = plait_umin(k, g->n);
         g->n -= take;
         k -= take;
         if (!g->n)
@@ -1053,7 +1016,7 @@ static int step_check(struct vctx *c, struct task *t)
     if (st->count == 0)
         return 1; /* the executor touches nothing for it */
     const char *kind = plait_step_kind_name(st->kind);
-    const int reads = step_reads_src(st->kind), writes = step_writes_dst(st->kind);
+    const int reads = plait_step_reads_src(st->kind), writes = plait_step_writes_dst(st->kind);
     if ((reads && st->src_buf > PLAIT_BUF_SCRATCH) || (writes && st->dst_buf > PLAIT_BUF_SCRATCH)) {
         report(c, PLAIT_VERIFY_BAD_STEP, rank, ch, t->idx,
                "rank %d channel %d step %" PRIu64 " (%s): unknown buffer (src %d, dst %d)", rank, ch, t->idx, kind,
@@ -1086,7 +1049,7 @@ static int step_check(struct vctx *c, struct task *t)
         uint64_t as, ad;
         int ss = resolve(c, rank, st->src_buf, &as), sd = resolve(c, rank, st->dst_buf, &ad);
         uint64_t s0 = st->src_off + as, d0 = st->dst_off + ad;
-        if (is_sendrecv(st->kind)) {
+        if (plait_step_is_sendrecv(st->kind)) {
             /* its halves run concurrently: what is sent must not be what is
              * being received, not even in place */
             if (ss == sd && s0 < d0 + st->count && d0 < s0 + st->count)
@@ -1103,12 +1066,12 @@ static int step_check(struct vctx *c, struct task *t)
                    rank, ch, t->idx, kind, buf_name(st->src_buf), st->src_off, st->count, buf_name(st->dst_buf),
                    st->dst_off, st->count);
     }
-    if (step_recvs(st->kind)) {
+    if (plait_step_recvs(st->kind)) {
         if (!check_peer(c, t, st->recv_peer, 0))
             return 0;
         t->fin = fifo_get(c, st->recv_peer, rank, ch);
     }
-    if (step_sends(st->kind)) {
+    if (plait_step_sends(st->kind)) {
         if (!check_peer(c, t, st->send_peer, 1))
             return 0;
         t->fout = fifo_get(c, rank, st->send_peer, ch);
@@ -1124,7 +1087,7 @@ static void reduce_local(struct vctx *c, const struct segv *A, const struct segv
     R->n = 0;
     while (i < A->n && j < B->n) {
         const struct seg *a = &A->v[i], *b = &B->v[j];
-        const uint64_t end = umin(a->hi, b->hi);
+        const uint64_t end = plait_umin(a->hi, b->hi);
         uint32_t na = (flags & PLAIT_STEP_PRE) ? node_wrap(c, NODE_PRE, a->node) : a->node;
         uint32_t node = node_sum(c, na, b->node, b->delta - a->delta);
         if (flags & PLAIT_STEP_POST)
@@ -1183,9 +1146,9 @@ static void step_move(struct vctx *c, struct task *t, uint64_t len, uint64_t nfu
     const uint64_t po = t->done;
     struct segv *A = &c->la, *B = &c->lb, *R = &c->lr;
     const struct segv *out = NULL;
-    if (step_reads_src(st->kind))
+    if (plait_step_reads_src(st->kind))
         buf_read(c, t, st->src_buf, st->src_off + po, len, A);
-    if (step_recvs(st->kind))
+    if (plait_step_recvs(st->kind))
         fifo_pop(c, &c->fifos[t->fin], len, nfull + (last ? 1 : 0), B);
     switch (st->kind) {
     case PLAIT_STEP_SEND:
@@ -1201,9 +1164,9 @@ static void step_move(struct vctx *c, struct task *t, uint64_t len, uint64_t nfu
         out = R;
         break;
     }
-    if (step_writes_dst(st->kind))
+    if (plait_step_writes_dst(st->kind))
         buf_write(c, t, st->dst_buf, st->dst_off + po, len, out);
-    if (step_sends(st->kind))
+    if (plait_step_sends(st->kind))
         fifo_push(c, &c->fifos[t->fout], out, len, nfull, last, t->idx, st->kind);
 }
 
@@ -1345,7 +1308,7 @@ static void task_run(struct vctx *c, struct task *t)
             t->idx++;
             continue;
         }
-        if (is_sendrecv(st->kind) && st->count) {
+        if (plait_step_is_sendrecv(st->kind) && st->count) {
             const int r = sendrecv_run(c, t);
             if (r < 0) /* failed (a mismatch, reported) or out of memory */
                 return;
@@ -1366,23 +1329,23 @@ static void task_run(struct vctx *c, struct task *t)
         const uint64_t prem = rem / c->P + (rem % c->P ? 1 : 0);
         uint64_t k = prem;
         struct fifo *fin = NULL, *fout = NULL;
-        if (step_recvs(st->kind)) {
+        if (plait_step_recvs(st->kind)) {
             fin = &c->fifos[t->fin];
             if (fin->pieces == 0) {
                 t->state = T_BLOCKED;
                 t->wait = W_DATA;
                 return;
             }
-            k = umin(k, fin->pieces);
+            k = plait_umin(k, fin->pieces);
         }
-        if (step_sends(st->kind)) {
+        if (plait_step_sends(st->kind)) {
             fout = &c->fifos[t->fout];
             if (fout->pieces >= c->S) {
                 t->state = T_BLOCKED;
                 t->wait = W_CREDIT;
                 return;
             }
-            k = umin(k, c->S - fout->pieces);
+            k = plait_umin(k, c->S - fout->pieces);
         }
         uint64_t len = k == prem ? rem : k * c->P;
         uint64_t nfull = len / c->P, last = len % c->P;
@@ -1625,7 +1588,7 @@ static void check_block(struct vctx *c, int rank, uint64_t blo, uint64_t bhi, co
         const struct seg *g = store_at(s, k);
         if (g->lo >= bhi + add)
             break;
-        const uint64_t a = umax(g->lo, blo + add) - add, b = umin(g->hi, bhi + add) - add;
+        const uint64_t a = umax(g->lo, blo + add) - add, b = plait_umin(g->hi, bhi + add) - add;
         if (a > pos)
             report_output(c, rank, pos, a, 0, 0, e);
         /* element x of OUTPUT is element x + add of the store */
@@ -1737,7 +1700,7 @@ static void check_same_bits(struct vctx *c)
         size_t i = store_find(s, add), j = store_find(s0, add0);
         while (i < n && j < n0) {
             const struct seg *g = store_at(s, i), *g0 = store_at(s0, j);
-            const uint64_t a = umax(g->lo - add, g0->lo - add0), b = umin(g->hi - add, g0->hi - add0);
+            const uint64_t a = umax(g->lo - add, g0->lo - add0), b = plait_umin(g->hi - add, g0->hi - add0);
             if (g->lo < add || g0->lo < add0 || a >= c->count)
                 break;
             uint64_t budget = 16 * (uint64_t)c->n + 64;
@@ -1763,8 +1726,8 @@ static int step_serves(const struct plait_step *st, int target, int is_send)
 {
     if (st->count == 0 || st->kind >= PLAIT_STEP_KINDS)
         return 0;
-    return is_send ? step_sends(st->kind) && st->send_peer == target
-                   : step_recvs(st->kind) && st->recv_peer == target;
+    return is_send ? plait_step_sends(st->kind) && st->send_peer == target
+                   : plait_step_recvs(st->kind) && st->recv_peer == target;
 }
 
 /* Whether the half of p's current step that sends (is_send) or receives still
@@ -1773,7 +1736,7 @@ static int half_pending(const struct task *p, int is_send)
 {
     if (!p->has_step)
         return 0;
-    if (is_sendrecv(p->st.kind) && !is_send)
+    if (plait_step_is_sendrecv(p->st.kind) && !is_send)
         return p->rdone < p->st.count;
     return p->done < p->st.count;
 }
@@ -1800,7 +1763,7 @@ enum { C_NONE = 0, C_NO_SEND, C_NO_RECV, C_PEER_FAILED };
 
 static void task_where(const struct vctx *c, const struct task *t, char *buf, size_t len)
 {
-    if (is_sendrecv(t->st.kind))
+    if (plait_step_is_sendrecv(t->st.kind))
         snprintf(buf, len,
                  "rank %d channel %d step %" PRIu64 " (%s, %" PRIu64 " of %" PRIu64 " elements sent, %" PRIu64
                  " received)",

@@ -35,30 +35,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static int step_recvs(int kind)
-{
-    return kind != PLAIT_STEP_SEND && kind != PLAIT_STEP_COPY && kind != PLAIT_STEP_REDUCE;
-}
-
-static int step_sends(int kind)
-{
-    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-/* The sides of a moving (not local, not SENDRECV) step that touch memory. */
-static int step_reads_src(int kind)
-{
-    return kind == PLAIT_STEP_SEND || kind == PLAIT_STEP_RECV_REDUCE_SEND || kind == PLAIT_STEP_RECV_REDUCE_COPY ||
-           kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-static int step_writes_dst(int kind)
-{
-    return kind == PLAIT_STEP_RECV || kind == PLAIT_STEP_RECV_REDUCE_COPY || kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND ||
-           kind == PLAIT_STEP_RECV_COPY_SEND;
-}
-
 static const char *buf_ptr(const struct plait_op *op, int which)
 {
     return which == PLAIT_BUF_INPUT ? op->sendbuff : which == PLAIT_BUF_OUTPUT ? op->recvbuff : op->scratch;
@@ -191,7 +167,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             t->recv_off = 0;
         }
         struct plait_step *st = &t->step;
-        if (st->kind == PLAIT_STEP_SENDRECV || st->kind == PLAIT_STEP_SENDRECV_REDUCE) {
+        if (plait_step_is_sendrecv(st->kind)) {
             int done = 0;
             int r = st->count > 0 ? sendrecv_advance(t, &done, err) : (done = 1, ADV_PROGRESSED);
             if (r == ADV_ERROR)
@@ -239,7 +215,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         const uint64_t piece_max = comm->set.slot_bytes / es;
         const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
         const size_t bytes = (size_t)n * es;
-        if (step_recvs(st->kind)) {
+        if (plait_step_recvs(st->kind)) {
             if (!(rc = step_conn(t, st->recv_peer, "receives from", err)))
                 return ADV_ERROR;
             uint32_t got = 0;
@@ -256,7 +232,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 return ADV_ERROR;
             }
         }
-        if (step_sends(st->kind)) {
+        if (plait_step_sends(st->kind)) {
             if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
                 return ADV_ERROR;
             out = plait_conn_send_slot(sc);
@@ -270,9 +246,9 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         }
         /* Only the sides the kind uses: a generator may leave the other pointing
          * at a buffer this rank does not have (NULL plus an offset). */
-        const char *src = step_reads_src(st->kind) ? buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es
+        const char *src = plait_step_reads_src(st->kind) ? buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es
                                                    : NULL;
-        char *dst = step_writes_dst(st->kind)
+        char *dst = plait_step_writes_dst(st->kind)
                         ? (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es
                         : NULL;
         switch (st->kind) {
