@@ -1,0 +1,1 @@
+/* topology/discover.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/hwloc.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/nccl_xml.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/nvml.c: being written (docs/topology.md). */

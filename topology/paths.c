@@ -1,0 +1,1 @@
+/* topology/paths.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/search.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/sysfs.c: being written (docs/topology.md). */

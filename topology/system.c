@@ -1,0 +1,1 @@
+/* topology/system.c: being written (docs/topology.md). */

@@ -1,0 +1,1 @@
+/* topology/xml.c: being written (docs/topology.md). */
