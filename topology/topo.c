@@ -57,8 +57,18 @@ uint64_t plait_topo_busid_parse(const char *s)
 {
     unsigned dom = 0, bus, dev, fn;
     int used = 0;
-    if (s == NULL)
+    if (s == NULL || strlen(s) > 16)
         return PLAIT_TOPO_NO_BUSID;
+    /* No field may be longer than its hex digits allow: %x would wrap a
+     * 9-digit domain into a small, wrong one. */
+    for (const char *f = s; *f;) {
+        size_t digits = strspn(f, "0123456789abcdefABCDEF");
+        if (digits == 0 || digits > 8)
+            return PLAIT_TOPO_NO_BUSID;
+        f += digits;
+        if (*f == ':' || *f == '.')
+            f++;
+    }
     /* Both the long and the short form must end exactly after the function. */
     if (sscanf(s, "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &used) == 4 && s[used] == '\0') {
         /* long form */
@@ -280,8 +290,8 @@ static bool finite_in(double v, double lo, double hi) { return isfinite(v) && v 
 
 static plait_result_t bad_node(const struct plait_topo_node *n, const char *what)
 {
-    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "topology: %s node \"%s\": %s", node_type_names[n->type], n->name,
-                       what);
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "topology: %s node \"%s\": %s", plait_topo_node_type_name(n->type),
+                       n->name, what);
 }
 
 static plait_result_t validate_node(const struct plait_topo *topo, const struct plait_topo_node *n)

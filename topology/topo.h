@@ -23,6 +23,9 @@
 #define PLAIT_TOPO_MAX_LINKS 16384
 #define PLAIT_TOPO_NAME_LEN 32
 #define PLAIT_TOPO_STR_LEN 64
+/* A NUMA node's CPU list: long enough for BIOSes that number CPUs alternately
+ * between sockets ("0,2,4,...", about 5 bytes a CPU). */
+#define PLAIT_TOPO_CPUSET_LEN 1024
 /* Most ranks one host's channel search orders (a GB200 NVL72 rack's GPUs fit). */
 #define PLAIT_TOPO_MAX_LOCAL 128
 #define PLAIT_TOPO_MAX_CHANNELS 32
@@ -90,7 +93,7 @@ struct plait_topo_cpu {
     char arch[16];               /* "x86_64", "aarch64", "" */
     char vendor[PLAIT_TOPO_STR_LEN]; /* "GenuineIntel", "AuthenticAMD", "NVIDIA" (Grace), "" */
     char model[PLAIT_TOPO_STR_LEN];
-    char cpuset[PLAIT_TOPO_STR_LEN]; /* hwloc list form "0-55,112-167", "" unknown */
+    char cpuset[PLAIT_TOPO_CPUSET_LEN]; /* hwloc list form "0-55,112-167", "" unknown */
 };
 
 struct plait_topo_pci {
@@ -260,12 +263,6 @@ struct plait_topo_discover_opts {
  * validated. opts may be NULL. */
 plait_result_t plait_topo_discover(const struct plait_topo_discover_opts *opts, struct plait_topo **topo_out);
 
-/* The graph this process uses: PLAIT_TOPO_FILE (or NCCL_TOPO_FILE) if set,
- * otherwise discovered, once per process; dumped to PLAIT_TOPO_DUMP_FILE (or
- * NCCL_TOPO_DUMP_FILE) the first time. The graph is owned by plait and lives
- * until exit. */
-plait_result_t plait_topo_get(const struct plait_topo **topo_out);
-
 /* ---- paths (paths.c) ---- */
 
 struct plait_topo_path {
@@ -336,5 +333,36 @@ struct plait_topo_search {
 plait_result_t plait_topo_search_channels(const struct plait_topo *topo, const struct plait_topo_paths *paths,
                                           const int *devs, int ndevs, bool multi_host,
                                           enum plait_topo_pattern pattern, struct plait_topo_search *out);
+
+/* ---- this process's graph (system.c) ---- */
+
+/* The graph this process uses: PLAIT_TOPO_FILE (or NCCL_TOPO_FILE) if set,
+ * otherwise discovered, once per process; dumped to PLAIT_TOPO_DUMP_FILE (or
+ * NCCL_TOPO_DUMP_FILE) the first time. The graph is owned by plait and lives
+ * until exit. */
+plait_result_t plait_topo_get(const struct plait_topo **topo_out);
+
+/* Writes `topo` to PLAIT_TOPO_DUMP_FILE (or NCCL_TOPO_DUMP_FILE) the first time
+ * it is called in this process with the variable set (rank 0 of a communicator
+ * calls it, as NCCL dumps from rank 0); later calls do nothing. A failure is a
+ * WARN and its status. */
+plait_result_t plait_topo_dump_once(const struct plait_topo *topo);
+
+/* The per-type index of the cpu node (NUMA node) the calling thread belongs
+ * to: the node whose cpuset holds the first CPU of the thread's affinity (a
+ * bound rank: its node; an unbound one: the first node, on every run); the
+ * first cpu node when none matches; -1 when the graph has no cpu node. */
+int plait_topo_cpu_of_self(const struct plait_topo *topo);
+
+/* The paths of plait_topo_get's graph, computed once per process. */
+plait_result_t plait_topo_get_paths(const struct plait_topo_paths **paths_out);
+
+/* A hash of the nodes and links: ranks of one host compare theirs to know that
+ * they searched the same graph. */
+uint64_t plait_topo_hash(const struct plait_topo *topo);
+
+/* One line: "2 NUMA nodes (112 cores), 8 GPUs (NVIDIA H100), 1 NVSwitch fabric,
+ * 8 NICs (mlx5_0 InfiniBand 400 Gb/s, ...)". */
+void plait_topo_summary(const struct plait_topo *topo, char *buf, size_t len);
 
 #endif
