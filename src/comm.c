@@ -137,8 +137,10 @@ int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls
 {
     if (cls == comm->ncls - 1)
         return 1;
-    /* ring channels join the peers any algorithm of the table may use */
-    return plait_algo_connects(comm->nranks, comm->set.tree_radix, comm->set.algo, rank, peer);
+    /* ring channels join the peers any algorithm of the table may use, and the
+     * neighbours of the topology's ring orders */
+    return plait_algo_connects(comm->nranks, comm->set.tree_radix, comm->set.algo, rank, peer) ||
+           plait_comm_ring_neighbours(comm, rank, peer, cls);
 }
 
 const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len)
@@ -280,6 +282,10 @@ static void comm_release(struct plait_comm *comm)
     free(comm->tp_of);
     free(comm->ranks);
     free(comm->host_of);
+    free(comm->ring_order);
+    comm->ring_order = NULL;
+    free(comm->ring_pos);
+    comm->ring_pos = NULL;
     comm->host_of = NULL;
     free(__atomic_exchange_n(&comm->scratch_cache, NULL, __ATOMIC_ACQ_REL));
     comm->bs = NULL;
@@ -436,6 +442,8 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     gethostname(mine->hostname, sizeof(mine->hostname) - 1);
     mine->process_token = plait_process_token();
     mine->pid = (int32_t)getpid();
+    if ((status = plait_comm_topo_describe(comm, mine)))
+        goto out;
     cards[me].set = comm->set;
     if ((status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards))))
         goto out;
@@ -488,6 +496,9 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
         int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
         comm->spin_ns = comm->nlocal > ncpu ? 0 : 20000;
     }
+
+    if ((status = plait_comm_topo_setup(comm)))
+        goto out;
 
     for (int p = 0; p < n; p++)
         comm->tp_of[p] = (uint8_t)plait_pair_transport(comm, me, p);

@@ -3,6 +3,7 @@
 #define PLAIT_COMM_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -23,7 +24,13 @@ struct plait_rank_info {
     int32_t pid;
     int32_t host_index;     /* dense index of hostid, in order of first appearance */
     int32_t local_rank;     /* index among the ranks of its host */
+    int32_t numa;           /* the NUMA node (cpu node index in its host's graph) it runs on, -1 unknown */
+    uint64_t topo_hash;     /* plait_topo_hash of the graph it sees: equal on one host when views agree */
 };
+
+/* Channels whose ring order the topology may set: PLAIT_NCHANNELS' maximum. */
+#define PLAIT_MAX_CHANNELS_TOPO 32
+struct plait_topo;
 
 struct plait_premul_op {
     int in_use;
@@ -46,6 +53,9 @@ struct plait_comm {
     int local_rank;
     int nlocal;
     int32_t *host_of;       /* node map for the generators: host index per rank, then local index per rank */
+    const struct plait_topo *topo; /* this process's graph of its host (topology/system.c), not owned */
+    int32_t *ring_order;    /* [nchannels * nranks] ring order per channel from channel search, NULL = rank order */
+    int32_t *ring_pos;      /* [nchannels * nranks] place of each rank in each channel's ring, NULL with ring_order */
     char *scratch_cache;    /* the last SCRATCH buffer released (enqueue.c), or NULL */
     int spin_ns;            /* how long a waiter polls before yielding the core */
 
@@ -197,5 +207,15 @@ static inline int plait_lane_recv(const struct plait_comm *c, int peer)
 /* Internal host identity ("hostname" + "/netns:<inode>") and process token. */
 void plait_host_identity(char *buf, size_t len);
 uint64_t plait_process_token(void);
+
+/* Topology at init (comm_topo.c): fills mine->numa and topo_hash (after
+ * loading or discovering the graph once per process; rank 0 dumps it to
+ * PLAIT_TOPO_DUMP_FILE), then, once the node map is known, searches this
+ * host's channels and agrees with every rank on the ring orders. */
+plait_result_t plait_comm_topo_describe(struct plait_comm *comm, struct plait_rank_info *mine);
+plait_result_t plait_comm_topo_setup(struct plait_comm *comm);
+/* Whether a and b are neighbours in the ring order of channel `cls` (false
+ * with rank order and for the point-to-point class). */
+bool plait_comm_ring_neighbours(const struct plait_comm *comm, int a, int b, int cls);
 
 #endif

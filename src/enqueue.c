@@ -150,8 +150,8 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->nhosts = comm->nhosts;
     a->host_of = comm->host_of;
     a->local_of = comm->host_of + comm->nranks;
-    a->order = NULL; /* identity rings until topology search supplies orders */
-    a->pos = NULL;
+    a->order = comm->ring_order; /* channel search's rings (comm_topo.c), NULL = rank order */
+    a->pos = comm->ring_pos;
     /* A ring step both receives and sends, one slot each per piece: if a step's
      * chunk could fill the whole FIFO, two neighbours could each hold every slot
      * of the other and wait forever. A chunk of at most half the FIFO leaves

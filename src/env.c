@@ -14,9 +14,9 @@
 
 const struct plait_env_var plait_env_table[] = {
     {"PLAIT_DEBUG", "NCCL_DEBUG", "", "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error)."},
-    {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV",
+    {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV,GRAPH",
      "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
-     "STREAM, ENV, ALL; a leading ^ excludes."},
+     "STREAM, ENV, GRAPH (topology), ALL; a leading ^ excludes."},
     {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
@@ -57,6 +57,11 @@ const struct plait_env_var plait_env_table[] = {
      "Lower bound on channels (CTAs on a GPU), like the config's min_ctas: 0..64; plait runs at most 32 channels."},
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
     {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
+    {"PLAIT_TOPO_FILE", NULL, "",
+     "Load the machine's topology from this XML file (plait's format or NCCL's, docs/topology.md) instead of "
+     "discovering it. A file that cannot be read or parsed fails init with the file, line and reason."},
+    {"PLAIT_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE", "",
+     "Write the topology (plait's XML format) to this file, once per process, from a communicator's rank 0."},
     {"PLAIT_SECRET", NULL, "",
      "Shared secret for the bootstrap's challenge-response (any string), used by plait_comm_init_from_env and by "
      "plait_get_unique_id under PLAIT_COMM_ID. Without it (or PLAIT_SECRET_FILE) such a bootstrap is "
@@ -72,8 +77,10 @@ const struct plait_env_var plait_env_table[] = {
     {"NCCL_PROTO", NULL, "",
      "NCCL's protocol choice. plait has one protocol, NCCL's Simple (slots and counters): a value that allows "
      "Simple (\"Simple\", \"LL,Simple\", \"^LL128\") is honoured as it is; any other gives one WARN and is ignored."},
-    {"NCCL_TOPO_FILE", NULL, "", "NCCL's topology XML. plait has no topology model yet: one WARN, ignored."},
-    {"NCCL_TOPO_DUMP_FILE", NULL, "", "Where NCCL dumps its topology. plait has none yet: one WARN, nothing written."},
+    {"NCCL_TOPO_FILE", NULL, "",
+     "NCCL's topology XML (or plait's), used instead of discovery when PLAIT_TOPO_FILE is unset. As in NCCL, a "
+     "file that cannot be read or parsed gives one WARN (with the file, line and reason) and the machine is "
+     "discovered instead."},
     {"NCCL_IB_HCA", NULL, "",
      "HCAs for NCCL's InfiniBand transport. plait has no InfiniBand transport yet (TCP between hosts): one WARN, "
      "ignored."},
@@ -176,10 +183,6 @@ static void warn_nccl_only_settings(void)
     const char *v = getenv("NCCL_PROTO");
     if (v && *v && nccl_proto_allows_simple(v) != 1)
         PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_PROTO=%s is ignored: plait has one protocol (NCCL's Simple)", v);
-    if ((v = getenv("NCCL_TOPO_FILE")) && *v)
-        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_TOPO_FILE=%s is ignored: plait has no topology model yet", v);
-    if ((v = getenv("NCCL_TOPO_DUMP_FILE")) && *v)
-        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_TOPO_DUMP_FILE=%s is ignored: plait has no topology to dump yet", v);
     if ((v = getenv("NCCL_IB_HCA")) && *v)
         PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_IB_HCA=%s is ignored: plait has no InfiniBand transport yet (TCP between hosts)",
                    v);

@@ -32,6 +32,7 @@ static const struct {
     {"INIT", PLAIT_SUBSYS_INIT},   {"BOOTSTRAP", PLAIT_SUBSYS_BOOTSTRAP}, {"TRANSPORT", PLAIT_SUBSYS_TRANSPORT},
     {"NET", PLAIT_SUBSYS_TRANSPORT}, {"COLL", PLAIT_SUBSYS_COLL},         {"P2P", PLAIT_SUBSYS_P2P},
     {"GROUP", PLAIT_SUBSYS_GROUP}, {"STREAM", PLAIT_SUBSYS_STREAM},       {"ENV", PLAIT_SUBSYS_ENV},
+    {"GRAPH", PLAIT_SUBSYS_GRAPH},
     {"ALL", PLAIT_SUBSYS_ALL},
 };
 
@@ -46,7 +47,7 @@ static const char *subsys_name(unsigned subsys)
 static unsigned parse_subsys(const char *spec)
 {
     if (!spec || !*spec)
-        return PLAIT_SUBSYS_INIT | PLAIT_SUBSYS_BOOTSTRAP | PLAIT_SUBSYS_TRANSPORT | PLAIT_SUBSYS_ENV;
+        return PLAIT_SUBSYS_INIT | PLAIT_SUBSYS_BOOTSTRAP | PLAIT_SUBSYS_TRANSPORT | PLAIT_SUBSYS_ENV | PLAIT_SUBSYS_GRAPH;
     int invert = spec[0] == '^';
     if (invert)
         spec++;
