@@ -6,7 +6,7 @@
 set -euo pipefail
 
 required=(meson ninja-build pkg-config gcc libhwloc-dev hwloc libcriterion-dev libnuma-dev
-          iproute2 valgrind python3)
+          iproute2 valgrind python3 clang libclang-rt-dev)
 optional=(libucx-dev libibverbs-dev librdmacm-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
