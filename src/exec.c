@@ -300,6 +300,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
 /* The set of communicators a run touches (small: usually one). */
 struct run_comms {
     struct plait_comm *list[64];
+    int has_progress[64]; /* the communicator has connections that need tp->progress (sockets) */
     int n;
     int overflow;
 };
@@ -309,10 +310,17 @@ static void add_comm(struct run_comms *rc, struct plait_comm *c)
     for (int i = 0; i < rc->n; i++)
         if (rc->list[i] == c)
             return;
-    if (rc->n < (int)(sizeof(rc->list) / sizeof(rc->list[0])))
+    if (rc->n < (int)(sizeof(rc->list) / sizeof(rc->list[0]))) {
+        /* Scanned once per run rather than on every pass of the polling loop:
+         * the connections of a communicator do not change while it runs. */
+        int any = 0;
+        for (int i = 0; i < c->nranks * c->ncls && !any; i++)
+            any = c->conns[i] && c->conns[i]->needs_progress;
+        rc->has_progress[rc->n] = any;
         rc->list[rc->n++] = c;
-    else
+    } else {
         rc->overflow = 1;
+    }
 }
 
 /* Socket connections need progress even when no task is waiting on them:
@@ -339,9 +347,68 @@ static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed
     return PLAIT_SUCCESS;
 }
 
+/* Runs of at most this many tasks keep their task list on the stack and find
+ * each task's predecessor in its lane by scanning back (at most 64 * 63 / 2
+ * comparisons); larger runs (groups of many point-to-point calls) use a hash
+ * of (communicator, lane), so that ordering stays linear in the tasks. */
+#define SMALL_RUN_TASKS 64
+
+static size_t lane_hash(const struct plait_comm *comm, int lane, size_t mask)
+{
+    uint64_t h = (uint64_t)(uintptr_t)comm ^ ((uint64_t)(uint32_t)lane * 0x9e3779b97f4a7c15ull);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return (size_t)h & mask;
+}
+
+/* Fills all[] with the run's tasks in issue order and points each task at the
+ * previous task of its (communicator, lane), which must finish first, so that
+ * both ends of a connection see the same sequence of pieces. */
+static plait_result_t order_lanes(struct plait_op *ops, struct plait_task **all, int ntasks)
+{
+    int k = 0;
+    if (ntasks <= SMALL_RUN_TASKS) {
+        for (struct plait_op *op = ops; op; op = op->next)
+            for (int i = 0; i < op->ntasks; i++) {
+                struct plait_task *t = &op->tasks[i];
+                t->after = NULL;
+                for (int j = k - 1; j >= 0; j--)
+                    if (all[j]->op->comm == op->comm && all[j]->lane == t->lane) {
+                        t->after = all[j];
+                        break;
+                    }
+                all[k++] = t;
+            }
+        return PLAIT_SUCCESS;
+    }
+    /* Open addressing, at most half full: each slot holds the last task seen
+     * of one (communicator, lane). */
+    size_t cap = 2;
+    while (cap < 2 * (size_t)ntasks)
+        cap *= 2;
+    struct plait_task **last = calloc(cap, sizeof(*last));
+    if (!last)
+        return plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
+    for (struct plait_op *op = ops; op; op = op->next)
+        for (int i = 0; i < op->ntasks; i++) {
+            struct plait_task *t = &op->tasks[i];
+            size_t h = lane_hash(op->comm, t->lane, cap - 1);
+            while (last[h] && !(last[h]->op->comm == op->comm && last[h]->lane == t->lane))
+                h = (h + 1) & (cap - 1);
+            t->after = last[h];
+            last[h] = t;
+            all[k++] = t;
+        }
+    free(last);
+    return PLAIT_SUCCESS;
+}
+
 plait_result_t plait_exec_run(struct plait_op *ops)
 {
-    struct run_comms rc = {.n = 0};
+    struct run_comms rc; /* not zeroed as a whole: only list[0..n) is read */
+    rc.n = 0;
+    rc.overflow = 0;
     int ntasks = 0;
     for (struct plait_op *op = ops; op; op = op->next) {
         add_comm(&rc, op->comm);
@@ -366,12 +433,13 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     for (int i = 0; i < rc.n; i++)
         __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
 
-    /* Order tasks of one communicator and lane by issue order: each waits for
-     * the previous one in its lane, so both ends of a connection see the same
-     * sequence of pieces. */
     plait_result_t status = PLAIT_SUCCESS;
     struct plait_comm *failed_comm = NULL;
+    /* Most runs are one collective of a few tasks: their list lives on the
+     * stack, so the per-call path does not allocate. */
+    struct plait_task *all_small[SMALL_RUN_TASKS];
     struct plait_task **all = NULL;
+    int nall = 0; /* entries of all[] filled (error paths read only those) */
     /* Work queued on a stream may reach a communicator that failed meanwhile. */
     for (int i = 0; i < rc.n; i++)
         if (__atomic_load_n(&rc.list[i]->abort_flag, __ATOMIC_SEQ_CST)) {
@@ -388,7 +456,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
      * crash now is told apart from a clean exit (see plait_comm_check_peers). */
     for (struct plait_op *op = ops; op; op = op->next)
         __atomic_add_fetch(&op->comm->my_ops[0], 1, __ATOMIC_RELEASE);
-    all = malloc(sizeof(*all) * (size_t)(ntasks > 0 ? ntasks : 1));
+    all = ntasks <= SMALL_RUN_TASKS ? all_small : malloc(sizeof(*all) * (size_t)ntasks);
     if (!all) {
         status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
         goto out;
@@ -398,18 +466,9 @@ plait_result_t plait_exec_run(struct plait_op *ops)
             failed_comm = op->comm;
             goto out;
         }
-    int k = 0;
-    for (struct plait_op *op = ops; op; op = op->next)
-        for (int i = 0; i < op->ntasks; i++) {
-            struct plait_task *t = &op->tasks[i];
-            t->after = NULL;
-            for (int j = k - 1; j >= 0; j--)
-                if (all[j]->op->comm == op->comm && all[j]->lane == t->lane) {
-                    t->after = all[j];
-                    break;
-                }
-            all[k++] = t;
-        }
+    if ((status = order_lanes(ops, all, ntasks)))
+        goto out;
+    nall = ntasks;
 
     uint64_t idle_since = 0;
     uint64_t last_check = plait_now_ns();
@@ -440,6 +499,8 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         }
         int flushed = 1;
         for (int i = 0; i < rc.n; i++) {
+            if (!rc.has_progress[i])
+                continue;
             plait_result_t res = progress_sockets(rc.list[i], &flushed);
             if (res) {
                 status = res;
@@ -503,7 +564,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     }
 out:
     if (status && failed_comm && !strstr(plait_last_error_get(), "(operation #")) {
-        for (int i = 0; i < ntasks && all; i++)
+        for (int i = 0; i < nall; i++)
             if (!all[i]->done && all[i]->op->comm == failed_comm) {
                 const struct plait_op *op = all[i]->op;
                 status = plait_error_context(status, "%s (operation #%llu) on rank %d", op->name,
@@ -511,7 +572,8 @@ out:
                 break;
             }
     }
-    free(all);
+    if (all != all_small)
+        free(all);
     for (struct plait_op *op = ops; op; op = op->next)
         plait_op_release_scratch(op);
     if (!status)

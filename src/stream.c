@@ -41,8 +41,29 @@ struct plait_stream {
     plait_result_t error;     /* first error since the last synchronize */
     char error_msg[1024];
     struct plait_comm *owner; /* internal stream of a non-blocking communicator */
+    /* Items the worker has finished, kept for the next submissions (under
+     * lock, which both ends take anyway) so that a call on a stream does not
+     * pay a malloc on one thread and a cross-thread free on the other. */
+    struct item *spare;
+    int nspare;
     pthread_t thread;
 };
+
+/* Spare items kept per stream: enough for a burst of queued calls to recycle
+ * without holding memory that a long-lived idle stream never needs. */
+#define MAX_SPARE_ITEMS 64
+
+/* Keeps a finished item as a spare or frees it; called with s->lock held. */
+static void item_put_locked(struct plait_stream *s, struct item *it)
+{
+    if (s->nspare >= MAX_SPARE_ITEMS) {
+        free(it);
+        return;
+    }
+    it->next = s->spare;
+    s->spare = it;
+    s->nspare++;
+}
 
 static void run_item(struct plait_stream *s, struct item *it)
 {
@@ -91,8 +112,8 @@ static void *worker_main(void *arg)
         s->running = 1;
         pthread_mutex_unlock(&s->lock);
         run_item(s, it);
-        free(it);
         pthread_mutex_lock(&s->lock);
+        item_put_locked(s, it);
         s->running = 0;
         if (!s->head)
             pthread_cond_broadcast(&s->idle_cond);
@@ -101,9 +122,27 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static plait_result_t push(struct plait_stream *s, struct item *it)
+/* Queues an item {kind, ops, event, target} on s: a spare item when there is
+ * one, so that the common case takes the lock once and allocates nothing.
+ * Returns PLAIT_ERR_SYSTEM (nothing queued) when out of memory. */
+static plait_result_t push(struct plait_stream *s, int kind, struct plait_op *ops, struct plait_event *event,
+                           uint64_t target)
 {
     pthread_mutex_lock(&s->lock);
+    struct item *it = s->spare;
+    if (it) {
+        s->spare = it->next;
+        s->nspare--;
+    } else {
+        pthread_mutex_unlock(&s->lock);
+        if (!(it = malloc(sizeof(*it))))
+            return PLAIT_ERR_SYSTEM;
+        pthread_mutex_lock(&s->lock);
+    }
+    it->kind = kind;
+    it->ops = ops;
+    it->event = event;
+    it->target = target;
     it->next = NULL;
     if (s->tail)
         s->tail->next = it;
@@ -149,16 +188,17 @@ plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_strea
 
 plait_result_t plait_stream_submit(plait_stream_t s, struct plait_op *ops)
 {
-    struct item *it = calloc(1, sizeof(*it));
-    if (!it) {
+    /* Raised before the worker can see the item (push publishes it under the
+     * lock): an abort waits for inflight to drop back. */
+    for (struct plait_op *op = ops; op; op = op->next)
+        __atomic_add_fetch(&op->comm->inflight, 1, __ATOMIC_ACQ_REL);
+    if (push(s, ITEM_OPS, ops, NULL, 0) != PLAIT_SUCCESS) {
+        for (struct plait_op *op = ops; op; op = op->next)
+            __atomic_sub_fetch(&op->comm->inflight, 1, __ATOMIC_ACQ_REL);
         plait_op_free_list(ops);
         return plait_error(PLAIT_ERR_SYSTEM, "stream: out of memory");
     }
-    it->kind = ITEM_OPS;
-    it->ops = ops;
-    for (struct plait_op *op = ops; op; op = op->next)
-        __atomic_add_fetch(&op->comm->inflight, 1, __ATOMIC_ACQ_REL);
-    return push(s, it);
+    return PLAIT_SUCCESS;
 }
 
 int plait_stream_busy(plait_stream_t s)
@@ -196,6 +236,11 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    while (s->spare) {
+        struct item *it = s->spare;
+        s->spare = it->next;
+        free(it);
+    }
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     pthread_cond_destroy(&s->idle_cond);
@@ -239,13 +284,9 @@ plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
     pthread_mutex_unlock(&e->lock);
     if (!s)
         return PLAIT_SUCCESS;
-    struct item *it = calloc(1, sizeof(*it));
-    if (!it)
+    if (push(s, ITEM_RECORD, NULL, e, target) != PLAIT_SUCCESS)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_event_record: out of memory");
-    it->kind = ITEM_RECORD;
-    it->event = e;
-    it->target = target;
-    return push(s, it);
+    return PLAIT_SUCCESS;
 }
 
 plait_result_t plait_event_synchronize(plait_event_t e)
@@ -271,13 +312,9 @@ plait_result_t plait_stream_wait_event(plait_stream_t s, plait_event_t e)
         /* The NULL stream is the calling thread: wait here. */
         return plait_event_synchronize(e);
     }
-    struct item *it = calloc(1, sizeof(*it));
-    if (!it)
+    if (push(s, ITEM_WAIT, NULL, e, target) != PLAIT_SUCCESS)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_wait_event: out of memory");
-    it->kind = ITEM_WAIT;
-    it->event = e;
-    it->target = target;
-    return push(s, it);
+    return PLAIT_SUCCESS;
 }
 
 plait_result_t plait_event_destroy(plait_event_t e)
