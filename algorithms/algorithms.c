@@ -208,6 +208,10 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
  * "Selection"): returns an algorithm id for (coll, bytes, nranks, nhosts), or
  * with bytes == UINT64_MAX sets may[] to every id the rule can return for
  * nranks (any size, any host count). */
+/* Default one-shot allreduce: at most this many bytes per rank, this many ranks. */
+#define ONESHOT_MAX_BYTES 1024
+#define ONESHOT_MAX_RANKS 4
+
 static int default_rule(int coll, uint64_t bytes, int nranks, int nhosts, uint8_t may[PLAIT_ALGO_COUNT])
 {
     /* Alltoall, gather and scatter have one algorithm each by default: the
@@ -243,6 +247,19 @@ static int default_rule(int coll, uint64_t bytes, int nranks, int nhosts, uint8_
                 may[PLAIT_ALGO_BRUCK] = 1;
         } else if (bytes * (uint64_t)nranks <= 16384) {
             id = PLAIT_ALGO_BRUCK;
+        }
+    }
+    else if (coll == PLAIT_COLL_ALLREDUCE) {
+        /* Tiny allreduces on one host: one-shot's single exchange (every
+         * contribution one hop from where it is reduced) beats the ring's
+         * 2(n-1) dependent hops, which are the whole cost at this size
+         * (docs/algorithms.md, "Selection"). Across hosts unmeasured: the
+         * ring stays. */
+        if (bytes == UINT64_MAX) {
+            if (may && nranks <= ONESHOT_MAX_RANKS && plait_oneshot_supports(coll, nranks))
+                may[PLAIT_ALGO_ONESHOT] = 1;
+        } else if (nhosts <= 1 && nranks <= ONESHOT_MAX_RANKS && bytes <= ONESHOT_MAX_BYTES) {
+            id = PLAIT_ALGO_ONESHOT;
         }
     }
     /* The rest, the ring: alternating measurements on the 2-core machine
