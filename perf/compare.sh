@@ -246,6 +246,7 @@ run_lib() {
         "run_$l" "$o.pass" || rc=$?
         cat "$o.pass" >> "$o"
         cat "$o.pass.err" >> "$o.err" 2> /dev/null || true
+        rm -f "$o.pass" "$o.pass.err"
         ((rc == 0)) || return "$rc"
     done
 }
@@ -440,6 +441,7 @@ if [[ -n $plot ]]; then
         echo "set terminal png size 900,560"
         echo "set output '$plot'"
         echo "set logscale x 2"
+        echo 'set xtics ("8 B" 8, "64 B" 64, "512 B" 512, "4 KiB" 4096, "32 KiB" 32768, "256 KiB" 262144, "2 MiB" 2097152, "16 MiB" 16777216, "128 MiB" 134217728, "1 GiB" 1073741824)'
         echo "set xlabel 'size (bytes)'"
         echo "set ylabel 'busbw (GB/s), median of $rounds rounds'"
         echo "set title '$coll, $np ranks$( ((use_netns)) && echo ', netns')'"
