@@ -108,19 +108,6 @@ int plait_disc_read_all(const struct plait_disc *d, const char *rel, char *buf, 
     return read_small(d, rel, buf, len);
 }
 
-bool plait_disc_parse_long(const char *s, long lo, long hi, long *out)
-{
-    if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
-        return false;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 void plait_disc_copy_text(char *dst, size_t dstlen, const char *src, size_t srclen)
 {
     size_t o = 0;
@@ -457,9 +444,7 @@ plait_result_t plait_topo_discover(const struct plait_topo_discover_opts *opts, 
     }
 
     r = plait_disc_hwloc(d);
-    if (r == PLAIT_SUCCESS) {
-        d->has_hwloc = true;
-    } else if (r == PLAIT_ERR_SYSTEM && d->topo->nnodes == 0) {
+    if (r == PLAIT_ERR_SYSTEM && d->topo->nnodes == 0) {
         PLAIT_INFO(PLAIT_SUBSYS_INIT, "topology: %s; one CPU node from sysconf and /proc instead",
                    plait_last_error_get());
         plait_last_error_clear();
@@ -467,7 +452,7 @@ plait_result_t plait_topo_discover(const struct plait_topo_discover_opts *opts, 
         r = add_fallback_cpu(d);
         if (r != PLAIT_SUCCESS)
             goto err_free_topo;
-    } else {
+    } else if (r != PLAIT_SUCCESS) {
         goto err_free_topo;
     }
     r = add_pci_gpus(d);

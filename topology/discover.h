@@ -39,7 +39,6 @@ struct plait_disc {
     struct plait_topo *topo;
     const struct plait_topo_discover_opts *opts; /* never NULL */
     char root[PATH_MAX]; /* opts->fsroot without a trailing '/', "" for the real root */
-    bool has_hwloc;     /* the CPU/PCI part came from hwloc (else from sysconf and /proc) */
     struct plait_disc_pci *pci;
     int npci, cap_pci;
     int numa_os[PLAIT_DISC_MAX_NUMA]; /* OS NUMA index of CPU node i (per-type index), -1 unknown */
@@ -104,8 +103,6 @@ int plait_disc_read(const struct plait_disc *d, const char *rel, char *buf, size
 int plait_disc_read_all(const struct plait_disc *d, const char *rel, char *buf, size_t len);
 /* Whether <root>/<rel> exists. */
 bool plait_disc_exists(const struct plait_disc *d, const char *rel);
-/* Parses a whole decimal integer in [lo, hi]; false otherwise. */
-bool plait_disc_parse_long(const char *s, long lo, long hi, long *out);
 /* Copies printable ASCII from src (at most srclen bytes) into dst, replacing
  * anything else by '?', truncating to fit; dst is always terminated. */
 void plait_disc_copy_text(char *dst, size_t dstlen, const char *src, size_t srclen);

@@ -30,8 +30,6 @@
 
 void plait_disc_pcie_decode(double gbps, int *gen_out, int *width_out)
 {
-    /* GB/s per lane after encoding, gen1..gen6 (topo.h's table, which hwloc's figures follow). */
-    static const double per_lane[] = {0.25, 0.5, 0.985, 1.969, 3.938, 7.563};
     /* One figure cannot tell gen1 x16 from gen2 x8 (both 4 GB/s): prefer the
      * widths GPUs, NICs and switches are built with, x16 first, and take the
      * first width some generation matches within 10% (adjacent generations
@@ -44,7 +42,8 @@ void plait_disc_pcie_decode(double gbps, int *gen_out, int *width_out)
         return;
     for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
         for (int g = 0; g < 6; g++) {
-            double expect = per_lane[g] * widths[w];
+            /* topo.h's per-lane rates, which hwloc's figures follow */
+            double expect = plait_topo_pci_bw(g + 1, widths[w]);
             if (fabs(gbps - expect) <= 0.10 * expect) {
                 *gen_out = g + 1;
                 *width_out = widths[w];

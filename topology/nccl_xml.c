@@ -50,14 +50,6 @@ struct loader {
 
 static plait_result_t oom(void) { return plait_error(PLAIT_ERR_SYSTEM, "topology XML: out of memory"); }
 
-/* The graph builder's own message, with the line in front. */
-static plait_result_t fail_last(const struct loader *L, int line)
-{
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s", plait_last_error_get());
-    return plait_xml_fail(L->doc, line, "%s", msg);
-}
-
 static plait_result_t bad(const struct loader *L, const struct plait_xml_elem *e, const char *attr, const char *why)
 {
     const struct plait_xml_attr *a = plait_xml_find_attr(e, attr);
@@ -285,7 +277,7 @@ static plait_result_t make_node(struct loader *L, struct plan *p)
     struct plait_topo *t = L->t;
     int idx = plait_topo_add_node(t, p->type, NULL);
     if (idx < 0)
-        return fail_last(L, p->el->line);
+        return plait_xml_fail_last(L->doc, p->el->line);
     p->node = idx;
     struct plait_topo_node *n = &t->nodes[idx];
     const struct plait_xml_elem *e = p->el;
@@ -469,7 +461,7 @@ static plait_result_t add_link(struct loader *L, int line, int a, int b, enum pl
     if (bw <= 0)
         bw = plait_topo_link_default_bw(L->t, type, a, b, lanes);
     if (plait_topo_add_link(L->t, a, b, type, lanes, bw, 0) != PLAIT_SUCCESS)
-        return fail_last(L, line);
+        return plait_xml_fail_last(L->doc, line);
     return PLAIT_SUCCESS;
 }
 
@@ -508,7 +500,7 @@ static plait_result_t make_nvlinks(struct loader *L)
                  * does not change any path, and NCCL merges them the same way. */
                 nvs = plait_topo_add_node(t, PLAIT_TOPO_NVS, NULL);
                 if (nvs < 0) {
-                    st = fail_last(L, g->el->line);
+                    st = plait_xml_fail_last(L->doc, g->el->line);
                     break;
                 }
                 t->nodes[nvs].nvs.count = s.nswitches;

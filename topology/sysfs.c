@@ -125,7 +125,6 @@ static bool uevent_get(const char *text, const char *key, char *out, size_t len)
 /* What a device's uevent says: its PCI address and whether its driver is paravirtual. */
 struct dev_info {
     bool has_device;   /* the port has a device directory */
-    bool has_uevent;   /* ... with a readable uevent */
     uint64_t busid;    /* PLAIT_TOPO_NO_BUSID when not on PCI or unknown */
     bool is_virtual;
     int cpu;           /* CPU node from numa_node, -1 unknown */
@@ -140,7 +139,6 @@ static void read_device(const struct plait_disc *d, const char *dir, struct dev_
     info->has_device = plait_disc_exists(d, rel);
     snprintf(rel, sizeof(rel), "%s/device/uevent", dir);
     if (plait_disc_read_all(d, rel, text, sizeof(text)) > 0) {
-        info->has_uevent = true;
         if (uevent_get(text, "PCI_SLOT_NAME", val, sizeof(val))) {
             info->busid = plait_topo_busid_parse(val);
             if (info->busid == PLAIT_TOPO_NO_BUSID)
@@ -160,7 +158,7 @@ static void read_device(const struct plait_disc *d, const char *dir, struct dev_
     snprintf(rel, sizeof(rel), "%s/device/numa_node", dir);
     long numa;
     if (plait_disc_read(d, rel, val, sizeof(val)) > 0) {
-        if (!plait_disc_parse_long(val, -1, PLAIT_DISC_MAX_NUMA - 1, &numa))
+        if (!plait_topo_parse_long(val, -1, PLAIT_DISC_MAX_NUMA - 1, &numa))
             PLAIT_TRACE(PLAIT_SUBSYS_INIT, "topology: %s: \"%s\" is not a NUMA node, ignored", rel, val);
         else
             info->cpu = plait_disc_cpu_of_numa(d, numa);
@@ -216,7 +214,7 @@ bool plait_disc_sysfs_pcie(const struct plait_disc *d, uint64_t busid, int *gen_
             if (fabs(gts - rates[g]) < 0.01)
                 gen = g + 1;
     snprintf(rel, sizeof(rel), "sys/bus/pci/devices/%s/max_link_width", bus);
-    if (gen == 0 || plait_disc_read(d, rel, val, sizeof(val)) <= 0 || !plait_disc_parse_long(val, 1, 32, &width)) {
+    if (gen == 0 || plait_disc_read(d, rel, val, sizeof(val)) <= 0 || !plait_topo_parse_long(val, 1, 32, &width)) {
         PLAIT_TRACE(PLAIT_SUBSYS_INIT, "topology: %s: PCIe link figures unreadable, ignored", bus);
         return false;
     }
@@ -256,7 +254,7 @@ static void rdma_netdev(const struct plait_disc *d, const char *dir, int port, c
     for (int i = 0; i < k; i++) {
         long dev_port;
         snprintf(rel, sizeof(rel), "%s/device/net/%s/dev_port", dir, nets[i].s);
-        if (plait_disc_read(d, rel, val, sizeof(val)) > 0 && plait_disc_parse_long(val, 0, 255, &dev_port) &&
+        if (plait_disc_read(d, rel, val, sizeof(val)) > 0 && plait_topo_parse_long(val, 0, 255, &dev_port) &&
             dev_port == port - 1) {
             snprintf(out, len, "%s", nets[i].s);
             return;
@@ -289,7 +287,7 @@ static plait_result_t scan_rdma(struct plait_disc *d, bool has_peermem, struct c
         int nports = list_dir(d, rel, ports, MAX_PORTS);
         for (int p = 0; p < nports && r == PLAIT_SUCCESS; p++) {
             long port, state;
-            if (!plait_disc_parse_long(ports[p].s, 1, 255, &port))
+            if (!plait_topo_parse_long(ports[p].s, 1, 255, &port))
                 continue;
             /* "4: ACTIVE"; an unreadable state is not a reason to drop the port. */
             snprintf(rel, sizeof(rel), "%s/ports/%ld/state", dir, port);
@@ -297,7 +295,7 @@ static plait_result_t scan_rdma(struct plait_disc *d, bool has_peermem, struct c
                 char *colon = strchr(val, ':');
                 if (colon != NULL)
                     *colon = '\0';
-                if (colon != NULL && plait_disc_parse_long(val, 0, 255, &state) && state != 4) {
+                if (colon != NULL && plait_topo_parse_long(val, 0, 255, &state) && state != 4) {
                     PLAIT_TRACE(PLAIT_SUBSYS_INIT, "topology: %s port %ld is not active (state %ld), skipped",
                                 devs[i].s, port, state);
                     continue;
@@ -385,7 +383,7 @@ static plait_result_t scan_ethernet(struct plait_disc *d, const struct claimed *
         snprintf(dir, sizeof(dir), "sys/class/net/%s", ifname);
         /* ARPHRD_ETHER only: IPoIB (32) belongs to its RDMA device, the rest is not a network port. */
         snprintf(rel, sizeof(rel), "%s/type", dir);
-        if (plait_disc_read(d, rel, val, sizeof(val)) <= 0 || !plait_disc_parse_long(val, 0, 65535, &type) ||
+        if (plait_disc_read(d, rel, val, sizeof(val)) <= 0 || !plait_topo_parse_long(val, 0, 65535, &type) ||
             type != 1)
             continue;
         snprintf(rel, sizeof(rel), "%s/operstate", dir);
@@ -405,7 +403,7 @@ static plait_result_t scan_ethernet(struct plait_disc *d, const struct claimed *
         /* Mb/s; -1 (virtio, link down) means unknown. 100 Tb/s bounds anything real. */
         snprintf(rel, sizeof(rel), "%s/speed", dir);
         if (plait_disc_read(d, rel, val, sizeof(val)) > 0) {
-            if (plait_disc_parse_long(val, -1, 100000000L, &mbps)) {
+            if (plait_topo_parse_long(val, -1, 100000000L, &mbps)) {
                 if (mbps > 0)
                     nic.speed = (double)mbps / 1000.0;
             } else {

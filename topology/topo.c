@@ -2,6 +2,7 @@
 #include "topo.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,22 @@ static int parse_name(const char *s, const char *const *names, int n)
 int plait_topo_node_type_parse(const char *s) { return parse_name(s, node_type_names, PLAIT_TOPO_NODE_TYPES); }
 int plait_topo_link_type_parse(const char *s) { return parse_name(s, link_type_names, PLAIT_LINK_TYPES); }
 int plait_topo_path_type_parse(const char *s) { return parse_name(s, path_type_names, PLAIT_PATH_TYPES); }
+
+bool plait_topo_parse_long(const char *s, long lo, long hi, long *out)
+{
+    if (s == NULL)
+        return false;
+    const char *d = s + (*s == '-' || *s == '+');
+    if (*d < '0' || *d > '9')
+        return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
 
 uint64_t plait_topo_busid_parse(const char *s)
 {
@@ -261,18 +278,6 @@ int plait_topo_nth(const struct plait_topo *topo, enum plait_topo_node_type type
         if (topo->nodes[i].type == type && topo->nodes[i].index == index)
             return i;
     return -1;
-}
-
-int plait_topo_links_of(const struct plait_topo *topo, int n, int *out, int max)
-{
-    int k = 0;
-    for (int i = 0; i < topo->nlinks; i++)
-        if (topo->links[i].a == n || topo->links[i].b == n) {
-            if (k < max)
-                out[k] = i;
-            k++;
-        }
-    return k;
 }
 
 static bool str_ok(const char *s, size_t len)

@@ -192,9 +192,6 @@ int plait_topo_nth(const struct plait_topo *topo, enum plait_topo_node_type type
  * naming the node or link and the attribute. */
 plait_result_t plait_topo_validate(const struct plait_topo *topo);
 
-/* Indices of the links touching node `n`, in `out` (at most `max`); returns how many there are. */
-int plait_topo_links_of(const struct plait_topo *topo, int n, int *out, int max);
-
 /* ---- names and units (topo.c) ---- */
 
 const char *plait_topo_node_type_name(enum plait_topo_node_type t); /* "cpu", "pci", "gpu", "nic", "nvs" */
@@ -205,6 +202,10 @@ const char *plait_topo_link_layer_name(enum plait_topo_link_layer l); /* "unknow
 int plait_topo_node_type_parse(const char *s);
 int plait_topo_link_type_parse(const char *s);
 int plait_topo_path_type_parse(const char *s);
+
+/* A whole decimal integer in [lo, hi], with an optional sign and nothing
+ * else (no blanks, no trailing text), into *out; false otherwise (s NULL too). */
+bool plait_topo_parse_long(const char *s, long lo, long hi, long *out);
 
 /* "dddd:bb:dd.f" (or "bb:dd.f", domain 0) -> packed; PLAIT_TOPO_NO_BUSID if malformed. */
 uint64_t plait_topo_busid_parse(const char *s);

@@ -561,20 +561,6 @@ const struct plait_xml_elem *plait_xml_child(const struct plait_xml_elem *e, con
 
 /* ------------------------------------------------------------------ numbers */
 
-bool plait_xml_parse_long(const char *s, long lo, long hi, long *out)
-{
-    const char *d = s + (*s == '-' || *s == '+');
-    if (*d < '0' || *d > '9')
-        return false;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 bool plait_xml_parse_double(const char *s, double lo, double hi, double *out)
 {
     /* strtod also takes blanks, hex floats, "inf" and "nan": allow only a plain decimal. */
@@ -633,7 +619,7 @@ plait_result_t plait_xml_get_int(const struct plait_xml_doc *doc, const struct p
         *out = dflt;
         return PLAIT_SUCCESS;
     }
-    if (!plait_xml_parse_long(a->value, LONG_MIN, LONG_MAX, out))
+    if (!plait_topo_parse_long(a->value, LONG_MIN, LONG_MAX, out))
         return bad_attr(doc, e, a, "is not a number");
     if (*out < lo || *out > hi) {
         char why[96];
@@ -883,8 +869,7 @@ static int node_type_of(const char *element)
     return -1;
 }
 
-/* add_node's own message, with the line in front. */
-static plait_result_t fail_with_last(const struct plait_xml_doc *doc, int line)
+plait_result_t plait_xml_fail_last(const struct plait_xml_doc *doc, int line)
 {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", plait_last_error_get());
@@ -908,7 +893,7 @@ static plait_result_t load_plait_node(const struct plait_xml_doc *doc, const str
     }
     int idx = plait_topo_add_node(t, type, na->value);
     if (idx < 0)
-        return fail_with_last(doc, e->line);
+        return plait_xml_fail_last(doc, e->line);
     lines[idx] = e->line;
     struct plait_topo_node *n = &t->nodes[idx];
     bool has_numa = false;
@@ -978,7 +963,7 @@ static plait_result_t load_plait_link(const struct plait_xml_doc *doc, const str
         return st;
     if (plait_topo_add_link(t, end[0], end[1], (enum plait_topo_link_type)type, (int)lanes, bw, latency) !=
         PLAIT_SUCCESS)
-        return fail_with_last(doc, e->line);
+        return plait_xml_fail_last(doc, e->line);
     return PLAIT_SUCCESS;
 }
 

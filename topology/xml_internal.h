@@ -58,6 +58,8 @@ void plait_xml_doc_free(struct plait_xml_doc *doc);
 /* Sets the last error to "NAME:LINE: reason" and returns PLAIT_ERR_INVALID_ARGUMENT. */
 plait_result_t plait_xml_fail(const struct plait_xml_doc *doc, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with the last error already set (by the graph builder) as the reason. */
+plait_result_t plait_xml_fail_last(const struct plait_xml_doc *doc, int line);
 
 /* Attribute `name` of `e` (or its value), or NULL. */
 const struct plait_xml_attr *plait_xml_find_attr(const struct plait_xml_elem *e, const char *name);
@@ -80,8 +82,8 @@ plait_result_t plait_xml_get_hex(const struct plait_xml_doc *doc, const struct p
 plait_result_t plait_xml_get_str(const struct plait_xml_doc *doc, const struct plait_xml_elem *e, const char *attr,
                                  char *dst, size_t len);
 
-/* The same parses on a bare string; false when malformed or out of range. */
-bool plait_xml_parse_long(const char *s, long lo, long hi, long *out);
+/* The same parses on a bare string; false when malformed or out of range
+ * (integers: plait_topo_parse_long). */
 bool plait_xml_parse_double(const char *s, double lo, double hi, double *out);
 bool plait_xml_parse_hex(const char *s, uint64_t hi, uint64_t *out);
 
