@@ -59,12 +59,8 @@ int plait_bruck_step(const struct plait_sched_args *a, int channel, uint64_t idx
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     if (hi <= lo)
         return 0;
-    if (n == 1) {
-        if (idx > 0)
-            return 0;
-        local_copy(out, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, lo, hi - lo);
-        return 1;
-    }
+    if (n == 1)
+        return plait_sched_single_rank(a, channel, idx, out);
     const uint64_t len = plait_umin(a->chunk_elems, hi - lo);
     const uint64_t rounds = log2_ceil(n);
     /* one iteration covering whole blocks: the slots are laid out like the

@@ -353,13 +353,8 @@ int plait_pat_step(const struct plait_sched_args *a, int channel, uint64_t idx, 
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     if (hi <= lo)
         return 0;
-    if (n == 1) {
-        if (idx > 0)
-            return 0;
-        step_local(out, PLAIT_BUF_INPUT, lo, PLAIT_BUF_OUTPUT, lo, hi - lo,
-                   is_gather ? 0 : PLAIT_STEP_PRE | PLAIT_STEP_POST);
-        return 1;
-    }
+    if (n == 1)
+        return plait_sched_single_rank(a, channel, idx, out);
     struct pat_plan p;
     plan_make(n, hi - lo, a->chunk_elems, is_gather, &p);
     const uint64_t steps = plan_steps(&p, is_gather);
