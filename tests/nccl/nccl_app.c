@@ -323,6 +323,15 @@ static double pattern(const struct type_info *t, int r, size_t i)
     return (double)((r * 37 + (int)(i % 211)) % 100); /* small: fits int8 and uint8 (sums wrap) */
 }
 
+/* The sum over ranks 0..nranks-1 of element i's pattern (not wrapped). */
+static double pattern_sum(const struct type_info *t, int nranks, size_t i)
+{
+    double s = 0;
+    for (int r = 0; r < nranks; r++)
+        s += pattern(t, r, i);
+    return s;
+}
+
 /* Inputs of a reduction: small integers, so that sums and products are exact in
  * every type whatever the order (fp8: sums of 4 ranks stay within [-8, 8]). */
 static double red_input(const struct type_info *t, ncclRedOp_t op, int r, size_t i)
@@ -388,11 +397,8 @@ static void check_collectives(ncclComm_t comm, const struct type_info *t, size_t
 
         /* AllReduce, sum of the patterns. */
         for (size_t i = 0; i < count; i++) {
-            double s = 0;
-            for (int r = 0; r < n; r++)
-                s += pattern(t, r, i);
             store(t, send, i, pattern(t, me, i));
-            want[i] = wrap(t, s);
+            want[i] = wrap(t, pattern_sum(t, n, i));
         }
         snprintf(what, sizeof(what), "ncclAllReduce %s count %zu %s", t->name, count, mode);
         if (expect_ok(ncclAllReduce(send, inplace ? send : recv, count, t->type, ncclSum, comm, NULL), what) &&
@@ -412,11 +418,8 @@ static void check_collectives(ncclComm_t comm, const struct type_info *t, size_t
 
         /* Reduce (sum) to root. */
         for (size_t i = 0; i < count; i++) {
-            double s = 0;
-            for (int r = 0; r < n; r++)
-                s += pattern(t, r, i);
             store(t, send, i, pattern(t, me, i));
-            want[i] = wrap(t, s);
+            want[i] = wrap(t, pattern_sum(t, n, i));
         }
         snprintf(what, sizeof(what), "ncclReduce %s count %zu root %d %s", t->name, count, root, mode);
         if (expect_ok(ncclReduce(send, inplace ? send : recv, count, t->type, ncclSum, root, comm, NULL), what) &&
@@ -440,12 +443,8 @@ static void check_collectives(ncclComm_t comm, const struct type_info *t, size_t
         /* ReduceScatter: rank r gets the sum of everyone's block r. */
         for (size_t i = 0; i < total; i++)
             store(t, send, i, pattern(t, me, i));
-        for (size_t i = 0; i < count; i++) {
-            double s = 0;
-            for (int r = 0; r < n; r++)
-                s += pattern(t, r, (size_t)me * count + i);
-            want[i] = wrap(t, s);
-        }
+        for (size_t i = 0; i < count; i++)
+            want[i] = wrap(t, pattern_sum(t, n, (size_t)me * count + i));
         snprintf(what, sizeof(what), "ncclReduceScatter %s count %zu %s", t->name, count, mode);
         {
             char *out = inplace ? send + (size_t)me * count * es : recv;
@@ -629,11 +628,8 @@ static void check_groups(ncclComm_t comm)
     float *a = xcalloc(c, 4), *b = xcalloc(c, 4), *in = xcalloc(c, 4), *g = xcalloc(c * (size_t)n, 4);
     double *wa = xcalloc(c, sizeof(double)), *wb = xcalloc(c, sizeof(double)), *wg = xcalloc(c * (size_t)n, sizeof(double));
     for (size_t i = 0; i < c; i++) {
-        double s = 0;
-        for (int r = 0; r < n; r++)
-            s += pattern(t, r, i);
         a[i] = (float)pattern(t, me, i);
-        wa[i] = s;
+        wa[i] = pattern_sum(t, n, i);
         b[i] = (float)pattern(t, me, i);
         wb[i] = pattern(t, n - 1, i);
         in[i] = (float)pattern(t, me, i);
@@ -779,11 +775,8 @@ static void check_registration_and_memalloc(ncclComm_t comm)
     say(ok && hs && hr, "ncclCommRegister gives handles %p and %p", hs, hr);
     double *want = xcalloc(count, sizeof(double));
     for (size_t i = 0; i < count; i++) {
-        double s = 0;
-        for (int r = 0; r < g_nranks; r++)
-            s += pattern(t, r, i);
         send[i] = (float)pattern(t, g_rank, i);
-        want[i] = s;
+        want[i] = pattern_sum(t, g_nranks, i);
     }
     if (expect_ok(ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm, NULL),
                   "ncclAllReduce on registered ncclMemAlloc buffers") &&
@@ -835,11 +828,8 @@ static void check_nonblocking_and_abort(ncclComm_t main_comm, const ncclUniqueId
     int32_t *buf = xcalloc(count, 4);
     double *want = xcalloc(count, sizeof(double));
     for (size_t i = 0; i < count; i++) {
-        double s = 0;
-        for (int q = 0; q < g_nranks; q++)
-            s += pattern(t, q, i);
         buf[i] = (int32_t)pattern(t, g_rank, i);
-        want[i] = s;
+        want[i] = pattern_sum(t, g_nranks, i);
     }
     r = ncclAllReduce(buf, buf, count, ncclInt32, ncclSum, nb, NULL);
     state = (r == ncclSuccess || r == ncclInProgress) ? wait_async(nb, 20.0) : r;
@@ -1054,12 +1044,8 @@ static void check_init_all(int n)
         for (size_t i = 0; i < count; i++)
             bufs[r][i] = pattern(t, r, i);
     }
-    for (size_t i = 0; i < count; i++) {
-        double s = 0;
-        for (int r = 0; r < n; r++)
-            s += pattern(t, r, i);
-        want[i] = s;
-    }
+    for (size_t i = 0; i < count; i++)
+        want[i] = pattern_sum(t, n, i);
     /* ncclGroupSimulateEnd on a group that holds work: ncclInvalidUsage (no
      * cost model), and the group stays open; ncclGroupEnd then runs it. */
     int ok = expect_ok(ncclGroupStart(), "ncclGroupStart (InitAll)");
