@@ -153,8 +153,9 @@ static void list_fixtures(struct fixture_list *l)
     memset(l, 0, sizeof(*l));
     const char *dir = fixtures_dir();
     DIR *d = opendir(dir);
-    if (!d)
-        return;
+    /* A missing folder would leave every loop over the fixtures empty, and
+     * the tests that run them would pass having checked nothing. */
+    cr_assert_not_null(d, "%s: %s (PLAIT_TEST_FIXTURES names the tests/fixtures folder)", dir, strerror(errno));
     struct dirent *e;
     while ((e = readdir(d)) && l->n < MAX_FIXTURES) {
         size_t len = strlen(e->d_name);
@@ -165,6 +166,7 @@ static void list_fixtures(struct fixture_list *l)
         l->n++;
     }
     closedir(d);
+    cr_assert_gt(l->n, 0, "no NAME.xml fixtures in %s", dir);
     qsort(l->name, (size_t)l->n, sizeof(l->name[0]), cmp_name);
     for (int i = 0; i < l->n; i++) {
         char path[4096];
