@@ -79,6 +79,70 @@ Test(group, mixed_collectives_and_p2p_threads, .timeout = 120)
     cr_assert_eq(mr_run(MR_THREADS, 5, mixed_group, NULL, 100, msg, sizeof(msg)), 0, "%s", msg);
 }
 
+/* Many point-to-point calls in one group: more tasks than the executor orders
+ * on the stack (SMALL_RUN_TASKS, exec.c), so the lanes are ordered by its
+ * hash; messages to one peer must still be matched in issue order, and the
+ * collective in the middle must not be overtaken. */
+#define NMSG 48
+
+static int many_p2p_group(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    (void)arg;
+    static _Thread_local int32_t s[NMSG][16], r[NMSG][16];
+    float a[64], a_out[64];
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    for (int k = 0; k < NMSG; k++)
+        for (int i = 0; i < 16; i++) {
+            s[k][i] = rank * 1000000 + k * 100 + i;
+            r[k][i] = -1;
+        }
+    for (int i = 0; i < 64; i++)
+        a[i] = (float)(rank + i);
+    plait_result_t res = PLAIT_SUCCESS;
+    if ((res = plait_group_start()) != PLAIT_SUCCESS)
+        goto fail;
+    for (int k = 0; k < NMSG && res == PLAIT_SUCCESS; k++) {
+        if (k == NMSG / 2)
+            res = plait_allreduce(a, a_out, 64, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
+        if (res == PLAIT_SUCCESS)
+            res = plait_send(s[k], 16, PLAIT_INT32, next, comm, NULL);
+        if (res == PLAIT_SUCCESS)
+            res = plait_recv(r[k], 16, PLAIT_INT32, prev, comm, NULL);
+    }
+    if (res == PLAIT_SUCCESS)
+        res = plait_group_end();
+    if (res != PLAIT_SUCCESS)
+        goto fail;
+    for (int k = 0; k < NMSG; k++)
+        for (int i = 0; i < 16; i++)
+            if (r[k][i] != prev * 1000000 + k * 100 + i) {
+                snprintf(msg, len, "message %d [%d] = %d, want %d (out of order?)", k, i, r[k][i],
+                         prev * 1000000 + k * 100 + i);
+                return 1;
+            }
+    for (int i = 0; i < 64; i++)
+        if (a_out[i] != (float)(n * i + n * (n - 1) / 2)) {
+            snprintf(msg, len, "allreduce[%d] = %g", i, a_out[i]);
+            return 1;
+        }
+    return 0;
+fail:
+    snprintf(msg, len, "%s: %s", plait_get_error_string(res), plait_get_last_error(comm));
+    return 1;
+}
+
+Test(group, many_p2p_in_one_group_processes, .timeout = 120)
+{
+    char msg[1024];
+    cr_assert_eq(mr_run(MR_SHM, 3, many_p2p_group, NULL, 100, msg, sizeof(msg)), 0, "%s", msg);
+}
+
+Test(group, many_p2p_in_one_group_threads, .timeout = 120)
+{
+    char msg[1024];
+    cr_assert_eq(mr_run(MR_THREADS, 4, many_p2p_group, NULL, 100, msg, sizeof(msg)), 0, "%s", msg);
+}
+
 /* One thread, every rank of two communicators, one group: the pattern that
  * must not deadlock (each rank's call would block alone). */
 Test(group, one_thread_drives_two_communicators, .timeout = 120)
