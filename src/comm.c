@@ -99,9 +99,29 @@ static void locks_postfork(void)
     pthread_mutex_unlock(&token_lock);
 }
 
+/* getpid() is a system call (glibc no longer caches it), too slow for the
+ * check every call makes: the pid is cached, and forgotten in a child. */
+static pid_t pid_cache;
+
+static void locks_postfork_child(void)
+{
+    __atomic_store_n(&pid_cache, 0, __ATOMIC_RELAXED);
+    locks_postfork();
+}
+
 static void register_atfork(void)
 {
-    pthread_atfork(locks_prefork, locks_postfork, locks_postfork);
+    pthread_atfork(locks_prefork, locks_postfork, locks_postfork_child);
+}
+
+pid_t plait_self_pid(void)
+{
+    pid_t p = __atomic_load_n(&pid_cache, __ATOMIC_RELAXED);
+    if (!p) {
+        p = getpid();
+        __atomic_store_n(&pid_cache, p, __ATOMIC_RELAXED);
+    }
+    return p;
 }
 
 uint64_t plait_process_token(void)
@@ -189,7 +209,7 @@ plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator is finalized", fn);
     if (plait_aborted(&comm->abort_flag))
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: the communicator was aborted", fn);
-    if (comm->owner_pid != getpid())
+    if (comm->owner_pid != plait_self_pid())
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "%s: the communicator belongs to process %d; a forked child cannot use it (only destroy it)",
                            fn, (int)comm->owner_pid);

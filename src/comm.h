@@ -15,6 +15,9 @@
 
 #define PLAIT_COMM_MAGIC 0x706c6169636f6d6dull
 #define PLAIT_MAX_PREMUL_OPS 64
+/* Single-copy descriptors one task may have published and not yet seen
+ * released; past that its steps send data slots (exec.c). */
+#define PLAIT_SC_PENDING 8
 
 /* What every rank learns about every other at init. */
 struct plait_rank_info {
@@ -87,6 +90,9 @@ struct plait_comm {
     int max_channels;       /* config max_ctas, 0 = unset */
     int min_channels;       /* config min_ctas, 0 = unset */
     uint64_t seq;           /* operations issued */
+    uint64_t coll_seq;      /* collectives issued (every rank issues the same sequence) */
+    uint64_t fast_seq;      /* collectives issued on the small-message path (fastpath.c) */
+    struct plait_fast *fast;/* the small-message boxes, NULL when this communicator has none */
     int in_error;           /* a collective failed: further ones are refused */
     int finalized;
 
@@ -114,8 +120,23 @@ struct plait_task {
     uint64_t step_idx;
     uint64_t piece_off;      /* elements of the step moved (its send half, for SENDRECV) */
     uint64_t recv_off;       /* elements of a SENDRECV step's receive half moved */
+    /* Single copy (exec.c). The descriptor the current step is reading (found
+     * when the step had received sc_rx_base elements; its address in the
+     * sender), whether the step forwards its whole dst as one descriptor once
+     * it is complete (RECV_COPY_SEND, RECV_REDUCE_COPY_SEND), and the
+     * descriptors this task has published that are not released yet: the task
+     * is not done, and writes none of those bytes, until they are. */
+    uint8_t sc_rx_active;
+    uint8_t sc_fwd;
+    uint8_t sc_npend;
+    uint64_t sc_rx_addr;
+    uint64_t sc_rx_base;
+    struct plait_sc_pending sc_pend[PLAIT_SC_PENDING];
     int has_step;
     int done;
+    int is_fast;             /* runs on the small-message path (fastpath.c), not through FIFOs */
+    int fast_next;           /* small-message path: the next rank whose data is consumed */
+    uint32_t fast_polls;     /* small-message path: waits so far (paces the mismatch check) */
     struct plait_step step;
 };
 
@@ -130,10 +151,16 @@ struct plait_op {
     char *scratch;           /* SCRATCH of the op's algorithm while it runs (NULL otherwise) */
     size_t scratch_bytes;    /* what the algorithm needs (0: none) */
     uint64_t seq;
+    uint64_t coll_seq;       /* collectives: comm->coll_seq at issue (0 for point-to-point) */
+    uint64_t fast_seq;       /* the small-message call this is (is_fast), or the next one (FIFO path) */
+    uint64_t fast_tag;       /* small-message path: the tag every box of this call carries */
+    size_t fast_bytes;       /* small-message path: bytes each rank sends each peer */
+    const char *fast_own;    /* small-message path: this rank's own block (a copy when in place) */
     struct plait_sched_args args;
     int ntasks;
     struct plait_task *tasks;
     plait_stream_t stream;   /* where it runs (NULL: the calling thread) */
+    int grouped;             /* issued inside a group (plait_group_start/end) */
     struct plait_op *next;   /* in a group's list */
 };
 
@@ -145,6 +172,10 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
 /* The shared secret from PLAIT_SECRET or PLAIT_SECRET_FILE (hashed to 32
  * bytes); *has_secret = 0 when neither is set. */
 plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
+
+/* getpid(), cached (valid once a communicator exists: the cache is cleared in
+ * a forked child by the atfork handler that comm_alloc registers). */
+pid_t plait_self_pid(void);
 
 /* Validation helper shared by the API entry points. */
 plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn);
@@ -170,6 +201,9 @@ void plait_op_free_list(struct plait_op *ops);
  * buffer when large enough) and gives it back to the cache before it returns. */
 plait_result_t plait_op_acquire_scratch(struct plait_op *op);
 void plait_op_release_scratch(struct plait_op *op);
+
+/* Nesting depth of the calling thread's open groups (0: none). */
+int plait_group_depth(void);
 
 /* Queues an op: into the thread's open group, else runs it now (or on its stream). */
 plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);

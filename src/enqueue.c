@@ -6,6 +6,7 @@
 
 #include "../algorithms/algorithms.h"
 #include "comm.h"
+#include "fastpath.h"
 #include "log.h"
 #include "util.h"
 
@@ -165,13 +166,65 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
 }
 
+/* A collective on the small-message path (fastpath.c). With a NULL stream,
+ * outside a group, on a blocking communicator with nothing queued on a stream,
+ * it runs at once on the calling thread from an op on the stack: no
+ * allocation, no executor. Otherwise it becomes a one-task op in lane 0 that
+ * the group, stream or executor runs like any other, so that the choice of
+ * path depends only on the call's arguments, the same on every rank. */
+static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
+                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, size_t bytes,
+                              plait_stream_t stream)
+{
+    const int redop = red ? red->op : PLAIT_SUM;
+    if (!stream && comm->blocking && plait_group_depth() == 0 && !__atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE)) {
+        struct plait_op op;
+        op.comm = comm;
+        op.coll = coll;
+        op.name = name;
+        op.sendbuff = sendbuff;
+        op.recvbuff = recvbuff;
+        op.esize = plait_dtype_size(dtype);
+        if (red)
+            op.red = *red;
+        op.args.count = count;
+        op.seq = ++comm->seq;
+        op.coll_seq = ++comm->coll_seq;
+        plait_fast_prepare(&op, bytes, dtype, redop);
+        return plait_fast_run(&op);
+    }
+    struct plait_op *op = op_new(comm, coll, name, 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
+    op->sendbuff = sendbuff;
+    op->recvbuff = recvbuff;
+    op->esize = plait_dtype_size(dtype);
+    if (red)
+        op->red = *red;
+    sched_args(op, count, 0);
+    op->coll_seq = ++comm->coll_seq;
+    plait_fast_prepare(op, bytes, dtype, redop);
+    struct plait_task *t = &op->tasks[op->ntasks++];
+    t->op = op;
+    t->cls = 0;
+    t->lane = 0;
+    t->is_fast = 1;
+    return plait_enqueue(op, stream);
+}
+
 static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
                               void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
                               plait_stream_t stream)
 {
+    const size_t esize = plait_dtype_size(dtype);
+    /* Bytes each rank sends each peer: count is per rank for these. */
+    if (plait_fast_eligible(comm, coll, count * esize))
+        return fast_op(comm, coll, name, sendbuff, recvbuff, count, dtype, red, count * esize, stream);
     struct plait_op *op = op_new(comm, coll, name, comm->nchannels);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
+    op->coll_seq = ++comm->coll_seq;
+    op->fast_seq = comm->fast_seq + 1; /* for plait_fast_check_mismatch */
     op->sendbuff = sendbuff;
     op->recvbuff = recvbuff;
     op->esize = plait_dtype_size(dtype);
@@ -305,6 +358,8 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
     /* One byte that every rank's completion depends on, from every rank:
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
+    if (plait_fast_eligible(comm, PLAIT_COLL_BARRIER, 0))
+        return fast_op(comm, PLAIT_COLL_BARRIER, fn, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, stream);
     return sched_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
                    stream);
 }

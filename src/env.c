@@ -49,6 +49,13 @@ const struct plait_env_var plait_env_table[] = {
      "reducescatter); hier (allreduce, allgather, reducescatter: two levels by host); oneshot, twoshot (allreduce, up to "
      "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). Unset: plait chooses by a "
      "documented rule (docs/algorithms.md, \"Selection\")."},
+    {"PLAIT_PROTO", "NCCL_PROTO", "auto",
+     "auto: collectives of at most 4 KiB per rank pair (allreduce, reducescatter, allgather, alltoall, barrier) "
+     "between 2..8 ranks of one host take the small-message path (plait's LL: data and flag pushed into each "
+     "peer's cache line, docs/performance.md), everything else the FIFO path (NCCL's Simple); Simple: the FIFO path "
+     "only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "
+     "\"^LL,LL128\") means Simple; \"LL,Simple\" (and \"^LL128\") means auto; what plait cannot do (LL128, LL for every "
+     "size, a per-collective form) gives one WARN and means auto."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "",
      "Upper bound on channels (CTAs on a GPU), like the config's max_ctas: 0..64 as NCCL accepts; plait runs at most "
@@ -71,12 +78,21 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_PORT_OFFSET", NULL, "1",
      "plait_comm_init_from_env under torchrun/MASTER_PORT: plait's root listens on MASTER_PORT + this offset, not on "
      "the TCPStore's port."},
+    {"PLAIT_CMA", NULL, "auto",
+     "Single-copy transfers between ranks of one host: a large step's sender publishes where its bytes are and the "
+     "receiver reads them itself (process_vm_readv between processes, memcpy between threads of one process) "
+     "instead of both copying through the FIFO. auto: between threads always; between processes when the probe at "
+     "init finds that every rank can read every same-host peer's memory (ptrace permission: Yama, seccomp and "
+     "containers may deny it) and PLAIT_CMA_MIN_BYTES is set; 0: off; 1: required between processes (init fails, "
+     "saying why, when the probe fails) and used."},
+    {"PLAIT_CMA_MIN_BYTES", NULL, "",
+     "Smallest step (bytes, K/M suffixes) a sending rank publishes for single copy, to threads and processes alike; "
+     "smaller steps go through the FIFO. Unset: 32K between threads; between processes none under PLAIT_CMA=auto "
+     "(process_vm_readv was slower than the FIFO at every size measured, docs/performance.md) and 64K under "
+     "PLAIT_CMA=1."},
     /* NCCL's variables for features plait does not have (yet): read so that
      * scripts written for NCCL keep running, with one WARN where the setting is
      * ignored (see plait_settings_load). */
-    {"NCCL_PROTO", NULL, "",
-     "NCCL's protocol choice. plait has one protocol, NCCL's Simple (slots and counters): a value that allows "
-     "Simple (\"Simple\", \"LL,Simple\", \"^LL128\") is honoured as it is; any other gives one WARN and is ignored."},
     {"NCCL_TOPO_FILE", NULL, "",
      "NCCL's topology XML (or plait's), used instead of discovery when PLAIT_TOPO_FILE is unset. As in NCCL, a "
      "file that cannot be read or parsed gives one WARN (with the file, line and reason) and the machine is "
@@ -156,21 +172,54 @@ static plait_result_t parse_seconds(const char *name, double deflt, double *out)
     return PLAIT_SUCCESS;
 }
 
-/* Whether an NCCL_PROTO value lets NCCL use its Simple protocol, plait's only
- * one: 1 yes, 0 no, -1 a form not understood (per-collective lists). */
-static int nccl_proto_allows_simple(const char *v)
+/* Reads PLAIT_PROTO (auto, simple; strict) or else NCCL_PROTO (NCCL's lists:
+ * "Simple", "LL,Simple", "^LL,LL128"; lenient): whether the small-message
+ * path ("LL") may run. */
+static plait_result_t parse_proto(int *out)
 {
-    if (strchr(v, ':') || strchr(v, ';'))
-        return -1;
-    int exclude = v[0] == '^';
-    int has_simple = 0;
+    *out = PLAIT_PROTO_AUTO;
+    const char *v = getenv("PLAIT_PROTO");
+    if (v && *v) {
+        if (strcasecmp(v, "auto") == 0)
+            return PLAIT_SUCCESS;
+        if (strcasecmp(v, "simple") == 0) {
+            *out = PLAIT_PROTO_SIMPLE;
+            return PLAIT_SUCCESS;
+        }
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_PROTO=\"%s\" is unknown (valid: auto, simple)", v);
+    }
+    v = getenv("NCCL_PROTO");
+    if (!v || !*v)
+        return PLAIT_SUCCESS;
+    if (strchr(v, ':') || strchr(v, ';')) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_PROTO=%s: per-collective forms are not read by plait; using auto", v);
+        return PLAIT_SUCCESS;
+    }
+    const int exclude = v[0] == '^';
+    int ll = 0, simple = 0; /* other names (LL128): plait has none of them */
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", v + exclude);
     char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-        if (strcasecmp(tok, "Simple") == 0)
-            has_simple = 1;
-    return exclude ? !has_simple : has_simple;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (strcasecmp(tok, "LL") == 0)
+            ll = 1;
+        else if (strcasecmp(tok, "Simple") == 0)
+            simple = 1;
+    }
+    if (exclude ? ll : (simple && !ll)) {
+        *out = PLAIT_PROTO_SIMPLE;
+    } else if (exclude ? simple : !simple) {
+        /* What plait cannot do: LL128 alone, LL for every size, no Simple. */
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            PLAIT_WARN(PLAIT_SUBSYS_ENV,
+                   "NCCL_PROTO=%s: plait has LL (up to 4 KiB per rank pair on one host) and Simple, no LL128; using "
+                   "auto",
+                   v);
+    }
+    return PLAIT_SUCCESS;
 }
 
 /* NCCL's variables for features plait lacks: one WARN per process for each
@@ -180,9 +229,7 @@ static void warn_nccl_only_settings(void)
     static int warned;
     if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
         return;
-    const char *v = getenv("NCCL_PROTO");
-    if (v && *v && nccl_proto_allows_simple(v) != 1)
-        PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_PROTO=%s is ignored: plait has one protocol (NCCL's Simple)", v);
+    const char *v;
     if ((v = getenv("NCCL_IB_HCA")) && *v)
         PLAIT_WARN(PLAIT_SUBSYS_ENV, "NCCL_IB_HCA=%s is ignored: plait has no InfiniBand transport yet (TCP between hosts)",
                    v);
@@ -243,6 +290,8 @@ plait_result_t plait_settings_load(struct plait_settings *s)
     if (!tp && shm_off && strtol(shm_off, NULL, 10) != 0)
         s->transport_force = PLAIT_FORCE_SOCKET;
     warn_nccl_only_settings();
+    if ((res = parse_proto(&s->proto)))
+        return res;
     /* PLAIT_ALGO is strict (a wrong name fails init); NCCL_ALGO, written for
      * NCCL, may name algorithms plait does not have: a WARN, then plait chooses. */
     const char *algo = getenv("PLAIT_ALGO");
@@ -254,6 +303,27 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         return res;
     const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
     snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
+    const char *cma = plait_env_get("PLAIT_CMA");
+    if (!cma || !*cma || strcasecmp(cma, "auto") == 0)
+        s->cma = PLAIT_CMA_AUTO;
+    else if (strcmp(cma, "0") == 0)
+        s->cma = PLAIT_CMA_OFF;
+    else if (strcmp(cma, "1") == 0)
+        s->cma = PLAIT_CMA_REQUIRE;
+    else
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_CMA=\"%s\" is unknown (valid: auto, 0, 1)", cma);
+    /* Unset, the measured defaults (docs/performance.md, "Single-copy (CMA)"):
+     * direct reads between threads pay from about 32 KiB; process_vm_readv
+     * did not beat the FIFO at any size, so auto does not use it. */
+    const char *cma_min = plait_env_get("PLAIT_CMA_MIN_BYTES");
+    if (cma_min && *cma_min) {
+        if ((res = parse_long("PLAIT_CMA_MIN_BYTES", 0, 1L << 40, 0, &v)))
+            return res;
+        s->cma_min_bytes = s->cma_local_min_bytes = (uint64_t)v;
+    } else {
+        s->cma_local_min_bytes = 32 * 1024;
+        s->cma_min_bytes = s->cma == PLAIT_CMA_REQUIRE ? 64 * 1024 : UINT64_MAX;
+    }
     const char *hid = plait_env_get("PLAIT_HOSTID");
     if (hid && *hid)
         snprintf(s->hostid, sizeof(s->hostid), "%s", hid);
@@ -289,6 +359,17 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
     if (memcmp(a->algo, b->algo, sizeof(a->algo)) != 0) {
         snprintf(buf, len, "forced algorithms differ");
         return "PLAIT_ALGO (or NCCL_ALGO)";
+    }
+    if (a->proto != b->proto) {
+        snprintf(buf, len, "%s vs %s", a->proto ? "Simple" : "auto", b->proto ? "Simple" : "auto");
+        return "PLAIT_PROTO (or NCCL_PROTO)";
+    }
+    if (a->cma != b->cma) {
+        /* b comes from another rank's card: index only with checked values */
+        static const char *const names[] = {"auto", "0", "1", "?"};
+        snprintf(buf, len, "%s vs %s", names[a->cma >= 0 && a->cma < 3 ? a->cma : 3],
+                 names[b->cma >= 0 && b->cma < 3 ? b->cma : 3]);
+        return "PLAIT_CMA";
     }
     if (a->transport_force != b->transport_force) {
         snprintf(buf, len, "%s vs %s", a->transport_force ? "socket" : "auto", b->transport_force ? "socket" : "auto");

@@ -26,6 +26,13 @@ const char *plait_env_get(const char *plait_name);
 
 enum plait_transport_force { PLAIT_FORCE_NONE = 0, PLAIT_FORCE_SOCKET = 1 };
 
+/* PLAIT_PROTO: auto = the small-message path (src/fastpath.c, "LL") where it
+ * applies, the FIFO path ("Simple") elsewhere; simple = the FIFO path only. */
+enum plait_proto { PLAIT_PROTO_AUTO = 0, PLAIT_PROTO_SIMPLE = 1 };
+
+/* PLAIT_CMA: single-copy transfers between ranks of one host (docs/performance.md). */
+enum plait_cma_setting { PLAIT_CMA_AUTO = 0, PLAIT_CMA_OFF = 1, PLAIT_CMA_REQUIRE = 2 };
+
 /* The settings of one communicator. The ones marked (agreed) change which
  * schedule runs or how bytes are framed: every rank must have the same values,
  * which init checks. */
@@ -35,6 +42,7 @@ struct plait_settings {
     uint64_t slot_bytes;    /* (agreed) FIFO slot size */
     uint64_t chunk_bytes;   /* (agreed) bytes per ring step per rank-chunk */
     int transport_force;    /* (agreed) enum plait_transport_force */
+    int proto;              /* (agreed) enum plait_proto */
     uint8_t algo[PLAIT_COLL_COUNT]; /* (agreed) forced algorithm per collective (PLAIT_ALGO / NCCL_ALGO) */
     double timeout_s;       /* setup deadline (PLAIT_TIMEOUT) */
     double coll_timeout_s;  /* collective deadline (PLAIT_COLL_TIMEOUT), 0 = none */
@@ -44,6 +52,9 @@ struct plait_settings {
     int min_ctas;           /* PLAIT_MIN_CTAS, 0 = unset */
     char ifname[128];       /* PLAIT_SOCKET_IFNAME */
     char hostid[256];       /* PLAIT_HOSTID, or hostname + network namespace */
+    int cma;                /* (agreed) enum plait_cma_setting (PLAIT_CMA) */
+    uint64_t cma_min_bytes; /* smallest step published as a descriptor to another process (UINT64_MAX: none) */
+    uint64_t cma_local_min_bytes; /* ... to a thread of this process (both from PLAIT_CMA_MIN_BYTES) */
 };
 
 /* Reads the environment. Returns PLAIT_ERR_INVALID_ARGUMENT naming the variable

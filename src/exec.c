@@ -14,12 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm.h"
+#include "fastpath.h"
 #include "log.h"
 #include "util.h"
 
+/* plait_fast_advance (fastpath.c) returns the same codes. */
 enum { ADV_BLOCKED = 0, ADV_PROGRESSED = 1, ADV_DONE = 2, ADV_ERROR = 3 };
 
 /* Upper bound of pieces one advance() call moves, so that one busy task cannot
@@ -78,15 +81,246 @@ static struct plait_conn *step_conn(struct plait_task *t, int peer, const char *
     return c;
 }
 
-static plait_result_t size_mismatch(const struct plait_task *t, int peer, uint32_t got, size_t bytes)
+static plait_result_t size_mismatch(const struct plait_task *t, int peer, uint64_t got, size_t bytes)
 {
     const struct plait_op *op = t->op;
     char who[160];
     return plait_error(PLAIT_ERR_INVALID_USAGE,
-                       "%s (operation #%llu) on rank %d: received %u bytes from %s where %zu were expected: the "
+                       "%s (operation #%llu) on rank %d: received %llu bytes from %s where %zu were expected: the "
                        "ranks called mismatched operations (count, type or order)",
-                       op->name, (unsigned long long)op->seq, op->comm->rank, got,
+                       op->name, (unsigned long long)op->seq, op->comm->rank, (unsigned long long)got,
                        plait_peer_str(op->comm, peer, who, sizeof(who)), bytes);
+}
+
+/* ---------------------------------------------------------------- single copy
+ *
+ * A step whose sent bytes sit unchanged in one of this rank's buffers (SEND of
+ * a plain copy, the send half of SENDRECV and SENDRECV_REDUCE, the forward of
+ * RECV_COPY_SEND and RECV_REDUCE_COPY_SEND once their dst is complete) and that
+ * is at least PLAIT_CMA_MIN_BYTES long publishes, on a connection with single
+ * copy (sc_mode), one descriptor of those bytes instead of copying them into
+ * slots. The step is then over, but its task keeps the descriptor (sc_pend)
+ * until the receiver has released the slot: until then the task writes none
+ * of those bytes and is not done, so the operation does not return while a
+ * peer may still read the buffer. That makes a large send a rendezvous (a
+ * lone plait_send returns once its receiver has read it; send and receive
+ * belong in one group, as NCCL requires), and a task that overwrites bytes it
+ * published (the final COPY of Bruck, recursive doubling, PAT) waits for the
+ * reader, which in every generator of the table reaches its reading step
+ * without needing anything the writer does afterwards (docs/algorithms.md,
+ * the verifier's limits).
+ *
+ * A receiving step that finds a descriptor reads the bytes in the sender's
+ * memory: straight into dst when it only copies them (RECV, and the receive of
+ * RECV_COPY_SEND), one piece at a time otherwise (into the connection's bounce
+ * buffer with process_vm_readv, in place for a thread of this process), and
+ * releases the slot once the whole range is consumed. The descriptor comes from
+ * another process: its size word, length and address range are checked, and a
+ * read that fails is an error naming the peer, never a crash. */
+
+/* Pieces a receive reads in one call when it reads a descriptor straight into
+ * dst (counted once against PIECES_PER_ADVANCE). */
+#define SC_BULK_PIECES 4
+
+/* Drops the descriptors whose slots the receivers have released (acquire: their
+ * reads are complete); returns how many are left. */
+static int sc_prune(struct plait_task *t)
+{
+    int k = 0;
+    for (int i = 0; i < t->sc_npend; i++)
+        if (plait_ld_acquire_u64(t->sc_pend[i].conn->tx_head) <= t->sc_pend[i].seq)
+            t->sc_pend[k++] = t->sc_pend[i];
+    t->sc_npend = (uint8_t)k;
+    return k;
+}
+
+/* Whether a send of `bytes` on c goes as a descriptor. */
+static int sc_wants(struct plait_task *t, const struct plait_conn *c, uint64_t bytes)
+{
+    const struct plait_settings *set = &t->op->comm->set;
+    /* A descriptor makes a send wait until it is read. A point-to-point send
+     * issued on its own (no group) keeps the FIFO's buffering instead: two
+     * ranks that each send before they receive worked before single copy
+     * (up to PLAIT_BUFFSIZE) and must keep working. */
+    if (t->cls == t->op->comm->ncls - 1 && !t->op->grouped)
+        return 0;
+    if (c->sc_mode == PLAIT_SC_NONE || bytes == 0 ||
+        bytes < (c->sc_mode == PLAIT_SC_CMA ? set->cma_min_bytes : set->cma_local_min_bytes))
+        return 0;
+    return t->sc_npend < PLAIT_SC_PENDING || sc_prune(t) < PLAIT_SC_PENDING;
+}
+
+/* An error when the peer holding one of the task's descriptors is gone: it
+ * will never release it. */
+static plait_result_t sc_pending_gone(const struct plait_task *t)
+{
+    for (int i = 0; i < t->sc_npend; i++)
+        if (t->sc_pend[i].conn->peer_gone)
+            return peer_gone_error(t, t->sc_pend[i].conn->peer,
+                                   "before it read the bytes this rank published for single copy");
+    return PLAIT_SUCCESS;
+}
+
+/* Before the task writes [p, p + len): 1 when that overlaps a descriptor not
+ * yet released (wait), 0 when the write may go ahead, -1 on error (*err). */
+static int sc_must_wait(struct plait_task *t, const char *p, uint64_t len, plait_result_t *err)
+{
+    if (!t->sc_npend || !sc_prune(t))
+        return 0;
+    for (int i = 0; i < t->sc_npend; i++) {
+        const struct plait_sc_pending *d = &t->sc_pend[i];
+        if (p < d->addr + d->len && d->addr < p + len) {
+            if ((*err = sc_pending_gone(t)))
+                return -1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Publishes [addr, addr + len) in `slot`, c's next free slot. */
+static void sc_publish(struct plait_task *t, struct plait_conn *c, void *slot, const char *addr, uint64_t len)
+{
+    const struct plait_sc_desc d = {(uint64_t)(uintptr_t)addr, len, 0};
+    memcpy(slot, &d, sizeof(d));
+    struct plait_sc_pending *p = &t->sc_pend[t->sc_npend++];
+    p->conn = c;
+    p->seq = c->tx_posted;
+    p->addr = addr;
+    p->len = len;
+    p->state = &((struct plait_sc_desc *)slot)->state;
+    plait_conn_send_commit(c, PLAIT_SLOT_DESC | (uint32_t)sizeof(d));
+    c->sc_tx_descs++;
+}
+
+/* Takes the descriptor in `slot` (size word `got`), at the head of c's FIFO,
+ * for the rest of the step: it must cover exactly the (count - done) elements
+ * the step still expects. */
+static plait_result_t sc_take(struct plait_task *t, const struct plait_conn *c, const void *slot, uint32_t got,
+                              uint64_t done, uint64_t count)
+{
+    const struct plait_op *op = t->op;
+    char who[160];
+    struct plait_sc_desc d;
+    if (c->sc_mode == PLAIT_SC_NONE || (got & ~PLAIT_SLOT_DESC) != sizeof(d))
+        return plait_error(PLAIT_ERR_REMOTE,
+                           "%s (operation #%llu) on rank %d: %s sent a malformed single-copy descriptor (size word "
+                           "0x%x%s)",
+                           op->name, (unsigned long long)op->seq, op->comm->rank,
+                           plait_peer_str(op->comm, c->peer, who, sizeof(who)), got,
+                           c->sc_mode == PLAIT_SC_NONE ? ", on a connection without single copy" : "");
+    memcpy(&d, slot, sizeof(d));
+    const uint64_t want = (count - done) * op->esize;
+    if (d.len != want)
+        return size_mismatch(t, c->peer, d.len, want);
+    if (d.addr == 0 || d.addr + d.len < d.addr)
+        return plait_error(PLAIT_ERR_REMOTE,
+                           "%s (operation #%llu) on rank %d: %s sent a single-copy descriptor with a bad address "
+                           "(0x%llx, %llu bytes)",
+                           op->name, (unsigned long long)op->seq, op->comm->rank,
+                           plait_peer_str(op->comm, c->peer, who, sizeof(who)), (unsigned long long)d.addr,
+                           (unsigned long long)d.len);
+    t->sc_rx_active = 1;
+    t->sc_rx_addr = d.addr;
+    t->sc_rx_base = done;
+    return PLAIT_SUCCESS;
+}
+
+/* The address in the sender of element `at` of the step's receive. */
+static uint64_t sc_rx_at(const struct plait_task *t, uint64_t at)
+{
+    return t->sc_rx_addr + (at - t->sc_rx_base) * t->op->esize;
+}
+
+/* Copies len bytes at the peer's address `addr` into dst. */
+static plait_result_t sc_copy(const struct plait_task *t, const struct plait_conn *c, void *dst, uint64_t addr,
+                              size_t len)
+{
+    if (c->sc_mode == PLAIT_SC_LOCAL) {
+        /* memmove: a rank sending to itself may name one buffer twice */
+        memmove(dst, (const void *)(uintptr_t)addr, len);
+        return PLAIT_SUCCESS;
+    }
+    size_t done = 0;
+    while (done < len) {
+        struct iovec local = {(char *)dst + done, len - done};
+        struct iovec remote = {(void *)(uintptr_t)(addr + done), len - done};
+        ssize_t r = process_vm_readv((pid_t)c->sc_pid, &local, 1, &remote, 1, 0);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == ESRCH)
+            return peer_gone_error(t, c->peer, "while this rank read the bytes it published for single copy");
+        const int e = r < 0 ? errno : 0;
+        const struct plait_op *op = t->op;
+        char who[160];
+        return plait_error(PLAIT_ERR_REMOTE,
+                           "%s (operation #%llu) on rank %d: single-copy read of %zu bytes at 0x%llx in the memory "
+                           "of %s failed after %zu bytes: %s",
+                           op->name, (unsigned long long)op->seq, op->comm->rank, len, (unsigned long long)addr,
+                           plait_peer_str(op->comm, c->peer, who, sizeof(who)), done,
+                           e ? strerror(e) : "no progress");
+    }
+    return PLAIT_SUCCESS;
+}
+
+/* Reads len bytes at the peer's address `addr` into dst, from the descriptor
+ * at the head of c's FIFO, unless its sender has withdrawn it. */
+static plait_result_t sc_read(const struct plait_task *t, const struct plait_conn *c, void *dst, uint64_t addr,
+                              size_t len)
+{
+    uint64_t *state = &((struct plait_sc_desc *)(uintptr_t)(c->rx_slots + (size_t)(c->rx_consumed % c->nslots) *
+                                                                                c->slot_bytes))->state;
+    const int revoked = (__atomic_add_fetch(state, 1, __ATOMIC_SEQ_CST) & PLAIT_SC_REVOKED) != 0;
+    plait_result_t res = revoked ? PLAIT_SUCCESS : sc_copy(t, c, dst, addr, len);
+    /* Release: the reads are done before the sender can see no reader left. */
+    const uint64_t after = __atomic_sub_fetch(state, 1, __ATOMIC_ACQ_REL);
+    if (!revoked && !(after & PLAIT_SC_REVOKED))
+        return res;
+    const struct plait_op *op = t->op;
+    char who[160];
+    return plait_error(PLAIT_ERR_REMOTE,
+                       "%s (operation #%llu) on rank %d: %s withdrew the bytes it published for single copy before "
+                       "this rank had read them (its operation failed or was aborted)",
+                       op->name, (unsigned long long)op->seq, op->comm->rank,
+                       plait_peer_str(op->comm, c->peer, who, sizeof(who)));
+}
+
+/* Withdraws the descriptors that the tasks of a failed run published and no
+ * receiver has released, before the run returns and the user may free or
+ * change those bytes: a reader that has not started sees PLAIT_SC_REVOKED and
+ * fails; one that has is waited for. A thread of this process always finishes
+ * its memcpy; a process may have died in the middle of its read, so that wait
+ * is bounded. */
+static void sc_revoke(struct plait_task *const *all, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct plait_task *t = all[i];
+        for (int k = 0; k < t->sc_npend; k++) {
+            const struct plait_sc_pending *p = &t->sc_pend[k];
+            if (plait_ld_acquire_u64(p->conn->tx_head) > p->seq)
+                continue;
+            uint64_t v = __atomic_or_fetch(p->state, PLAIT_SC_REVOKED, __ATOMIC_SEQ_CST);
+            const uint64_t until = plait_now_ns() + 1000000000ull;
+            while ((v & ~PLAIT_SC_REVOKED) &&
+                   (p->conn->sc_mode == PLAIT_SC_LOCAL || plait_now_ns() < until)) {
+                sched_yield();
+                v = __atomic_load_n(p->state, __ATOMIC_ACQUIRE);
+            }
+        }
+        t->sc_npend = 0;
+    }
+}
+
+/* The descriptor at the head of c is consumed: give its slot back. */
+static void sc_done_reading(struct plait_task *t, struct plait_conn *c)
+{
+    t->sc_rx_active = 0;
+    c->sc_rx_descs++;
+    plait_conn_recv_release(c);
 }
 
 /* A SENDRECV step: its two halves move independently, each piece as soon as
@@ -106,6 +340,15 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
     struct plait_conn *rc = step_conn(t, st->recv_peer, "receives from", err);
     if (!rc)
         return ADV_ERROR;
+    /* The send half sends src unchanged: one descriptor when it is large. */
+    if (t->piece_off == 0 && sc_wants(t, sc, st->count * es)) {
+        void *out = plait_conn_send_slot(sc);
+        if (out) {
+            sc_publish(t, sc, out, buf_ptr(op, st->src_buf) + st->src_off * es, st->count * es);
+            t->piece_off = st->count;
+            moved = 1;
+        }
+    }
     for (int budget = 0; budget < PIECES_PER_ADVANCE && t->piece_off < st->count; budget++) {
         void *out = plait_conn_send_slot(sc);
         if (!out) {
@@ -133,12 +376,40 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
             }
             break;
         }
-        const uint64_t n = plait_min_u64(st->count - t->recv_off, piece_max);
-        if (got != n * es) {
+        uint64_t n = plait_min_u64(st->count - t->recv_off, piece_max);
+        const int from_desc = t->sc_rx_active || (got & PLAIT_SLOT_DESC);
+        if (from_desc) {
+            if (!t->sc_rx_active && (*err = sc_take(t, rc, in, got, t->recv_off, st->count)))
+                return ADV_ERROR;
+            if (st->kind == PLAIT_STEP_SENDRECV)
+                n = plait_min_u64(st->count - t->recv_off, SC_BULK_PIECES * piece_max);
+        } else if (got != n * es) {
             *err = size_mismatch(t, st->recv_peer, got, (size_t)(n * es));
             return ADV_ERROR;
         }
         char *dst = (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->recv_off) * es;
+        const int wait = sc_must_wait(t, dst, n * es, err);
+        if (wait < 0)
+            return ADV_ERROR;
+        if (wait)
+            break;
+        if (from_desc) {
+            const uint64_t at = sc_rx_at(t, t->recv_off);
+            if (st->kind == PLAIT_STEP_SENDRECV) {
+                if ((*err = sc_read(t, rc, dst, at, (size_t)(n * es))))
+                    return ADV_ERROR;
+            } else {
+                in = rc->sc_mode == PLAIT_SC_LOCAL ? (const void *)(uintptr_t)at : rc->sc_bounce;
+                if (in == rc->sc_bounce && (*err = sc_read(t, rc, rc->sc_bounce, at, (size_t)(n * es))))
+                    return ADV_ERROR;
+                plait_reduce_apply(&op->red, dst, dst, in, (size_t)n, st->flags & PLAIT_STEP_POST);
+            }
+            t->recv_off += n;
+            if (t->recv_off >= st->count)
+                sc_done_reading(t, rc);
+            moved = 1;
+            continue;
+        }
         if (st->kind == PLAIT_STEP_SENDRECV_REDUCE)
             plait_reduce_apply(&op->red, dst, dst, in, (size_t)n, st->flags & PLAIT_STEP_POST);
         else
@@ -154,17 +425,40 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
 /* Moves pieces of the task's current and following steps until it would wait. */
 static int task_advance(struct plait_task *t, plait_result_t *err)
 {
+    if (t->is_fast)
+        return plait_fast_advance(t, err);
     struct plait_op *op = t->op;
     struct plait_comm *comm = op->comm;
     const size_t es = op->esize;
     int progressed = 0;
     for (int budget = 0; budget < PIECES_PER_ADVANCE; budget++) {
         if (!t->has_step) {
-            if (!fetch_step(t))
+            if (!fetch_step(t)) {
+                /* Done once every descriptor it published has been read. */
+                if (t->sc_npend && sc_prune(t)) {
+                    if ((*err = sc_pending_gone(t)))
+                        return ADV_ERROR;
+                    return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+                }
                 return ADV_DONE;
+            }
             t->has_step = 1;
             t->piece_off = 0;
             t->recv_off = 0;
+            t->sc_rx_active = 0;
+            t->sc_fwd = 0;
+            /* A forwarding step sends what it writes to dst: when that is
+             * large, it receives (and reduces) the whole step first, then
+             * publishes dst as one descriptor. Decided here, once: nothing
+             * else of this task publishes before it, so the room in sc_pend
+             * found now is still there then. */
+            if ((t->step.kind == PLAIT_STEP_RECV_COPY_SEND || t->step.kind == PLAIT_STEP_RECV_REDUCE_COPY_SEND) &&
+                t->step.count > 0) {
+                struct plait_conn *c = step_conn(t, t->step.send_peer, "sends to", err);
+                if (!c)
+                    return ADV_ERROR;
+                t->sc_fwd = (uint8_t)sc_wants(t, c, t->step.count * es);
+            }
         }
         struct plait_step *st = &t->step;
         if (plait_step_is_sendrecv(st->kind)) {
@@ -179,11 +473,19 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             progressed = 1;
             continue;
         }
-        if (st->kind == PLAIT_STEP_COPY) {
+        if (st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE) {
             const char *src = buf_ptr(op, st->src_buf) + st->src_off * es;
             char *dst = (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es;
-            if (st->count > 0 && (src != dst || st->flags)) {
-                if (st->flags)
+            const int writes = st->count > 0 && (st->kind == PLAIT_STEP_REDUCE || src != dst || st->flags);
+            if (writes) {
+                const int wait = sc_must_wait(t, dst, st->count * es, err);
+                if (wait < 0)
+                    return ADV_ERROR;
+                if (wait)
+                    return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+                if (st->kind == PLAIT_STEP_REDUCE)
+                    plait_reduce_apply(&op->red, dst, src, dst, st->count, st->flags);
+                else if (st->flags)
                     plait_reduce_apply(&op->red, dst, src, NULL, st->count, st->flags);
                 else
                     memcpy(dst, src, st->count * es);
@@ -193,17 +495,23 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             progressed = 1;
             continue;
         }
-        if (st->kind == PLAIT_STEP_REDUCE) {
-            if (st->count > 0)
-                plait_reduce_apply(&op->red, (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es,
-                                   buf_ptr(op, st->src_buf) + st->src_off * es,
-                                   buf_ptr(op, st->dst_buf) + st->dst_off * es, st->count, st->flags);
-            t->has_step = 0;
-            t->step_idx++;
-            progressed = 1;
-            continue;
-        }
         if (t->piece_off >= st->count) {
+            if (t->sc_fwd) {
+                /* dst holds the whole step now: forward it as one descriptor. */
+                struct plait_conn *c = step_conn(t, st->send_peer, "sends to", err);
+                if (!c)
+                    return ADV_ERROR;
+                void *slot = plait_conn_send_slot(c);
+                if (!slot) {
+                    if (c->peer_gone) {
+                        *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
+                        return ADV_ERROR;
+                    }
+                    return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+                }
+                sc_publish(t, c, slot, buf_ptr(op, st->dst_buf) + st->dst_off * es, st->count * es);
+                t->sc_fwd = 0;
+            }
             t->has_step = 0;
             t->step_idx++;
             progressed = 1;
@@ -213,8 +521,27 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         const void *in = NULL;
         void *out = NULL;
         const uint64_t piece_max = comm->set.slot_bytes / es;
-        const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
-        const size_t bytes = (size_t)n * es;
+        uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
+        /* A plain-copy SEND: the whole step as one descriptor when it is large. */
+        if (st->kind == PLAIT_STEP_SEND && t->piece_off == 0 && plait_reduce_is_copy(&op->red, st->flags)) {
+            if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
+                return ADV_ERROR;
+            if (sc_wants(t, sc, st->count * es)) {
+                void *slot = plait_conn_send_slot(sc);
+                if (!slot) {
+                    if (sc->peer_gone) {
+                        *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
+                        return ADV_ERROR;
+                    }
+                    return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+                }
+                sc_publish(t, sc, slot, buf_ptr(op, st->src_buf) + st->src_off * es, st->count * es);
+                t->piece_off = st->count;
+                progressed = 1;
+                continue;
+            }
+        }
+        int from_desc = 0;
         if (plait_step_recvs(st->kind)) {
             if (!(rc = step_conn(t, st->recv_peer, "receives from", err)))
                 return ADV_ERROR;
@@ -227,12 +554,22 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 }
                 return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
             }
-            if (got != bytes) {
-                *err = size_mismatch(t, st->recv_peer, got, bytes);
+            if (t->sc_rx_active || (got & PLAIT_SLOT_DESC)) {
+                if (!t->sc_rx_active && (*err = sc_take(t, rc, in, got, t->piece_off, st->count)))
+                    return ADV_ERROR;
+                from_desc = 1;
+            } else if (got != n * es) {
+                *err = size_mismatch(t, st->recv_peer, got, (size_t)(n * es));
                 return ADV_ERROR;
             }
         }
-        if (plait_step_sends(st->kind)) {
+        /* A descriptor is read straight into dst when the step only copies what
+         * it receives; several pieces at once when nothing is sent meanwhile. */
+        const int direct = from_desc && (st->kind == PLAIT_STEP_RECV || st->kind == PLAIT_STEP_RECV_COPY_SEND);
+        if (direct && (st->kind == PLAIT_STEP_RECV || t->sc_fwd))
+            n = plait_min_u64(st->count - t->piece_off, SC_BULK_PIECES * piece_max);
+        const size_t bytes = (size_t)n * es;
+        if (plait_step_sends(st->kind) && !t->sc_fwd) {
             if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
                 return ADV_ERROR;
             out = plait_conn_send_slot(sc);
@@ -251,6 +588,27 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         char *dst = plait_step_writes_dst(st->kind)
                         ? (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es
                         : NULL;
+        if (dst) {
+            const int wait = sc_must_wait(t, dst, bytes, err);
+            if (wait < 0)
+                return ADV_ERROR;
+            if (wait)
+                return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+        }
+        if (from_desc) {
+            const uint64_t at = sc_rx_at(t, t->piece_off);
+            if (direct) {
+                if ((*err = sc_read(t, rc, dst, at, bytes)))
+                    return ADV_ERROR;
+                in = dst;
+            } else if (rc->sc_mode == PLAIT_SC_LOCAL) {
+                in = (const void *)(uintptr_t)at;
+            } else {
+                if ((*err = sc_read(t, rc, rc->sc_bounce, at, bytes)))
+                    return ADV_ERROR;
+                in = rc->sc_bounce;
+            }
+        }
         switch (st->kind) {
         case PLAIT_STEP_SEND:
             if (st->flags)
@@ -259,7 +617,8 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 memcpy(out, src, bytes);
             break;
         case PLAIT_STEP_RECV:
-            memcpy(dst, in, bytes);
+            if (in != dst)
+                memcpy(dst, in, bytes);
             break;
         case PLAIT_STEP_RECV_REDUCE_SEND:
             plait_reduce_apply(&op->red, out, src, in, n, st->flags);
@@ -269,17 +628,20 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             break;
         case PLAIT_STEP_RECV_REDUCE_COPY_SEND:
             plait_reduce_apply(&op->red, dst, src, in, n, st->flags);
-            memcpy(out, dst, bytes);
+            if (out)
+                memcpy(out, dst, bytes);
             break;
         case PLAIT_STEP_RECV_COPY_SEND:
-            memcpy(dst, in, bytes);
-            memcpy(out, in, bytes);
+            if (in != dst)
+                memcpy(dst, in, bytes);
+            if (out)
+                memcpy(out, in, bytes);
             break;
         default:
             *err = plait_error(PLAIT_ERR_INTERNAL, "executor: unknown step kind %d", st->kind);
             return ADV_ERROR;
         }
-        if (sc) {
+        if (out) {
             plait_conn_send_commit(sc, (uint32_t)bytes);
             if (sc->needs_progress) {
                 plait_result_t res = sc->tp->progress(sc);
@@ -289,8 +651,12 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 }
             }
         }
-        if (rc)
-            plait_conn_recv_release(rc);
+        if (rc) {
+            if (!from_desc)
+                plait_conn_recv_release(rc);
+            else if (t->piece_off + n >= st->count)
+                sc_done_reading(t, rc);
+        }
         t->piece_off += n;
         progressed = 1;
     }
@@ -546,6 +912,14 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                     goto out;
                 }
             }
+            /* A peer that runs our waiting collective on the small-message
+             * path will never feed our FIFOs. */
+            for (int i = 0; i < ntasks; i++)
+                if (!all[i]->done && !all[i]->is_fast &&
+                    (status = plait_fast_check_mismatch(all[i]->op)) != PLAIT_SUCCESS) {
+                    failed_comm = all[i]->op->comm;
+                    goto out;
+                }
             if (plait_deadline_passed(deadline)) {
                 struct plait_op *op = NULL;
                 for (int i = 0; i < ntasks; i++)
@@ -572,6 +946,8 @@ out:
                 break;
             }
     }
+    if (status)
+        sc_revoke(all, nall);
     if (all != all_small)
         free(all);
     for (struct plait_op *op = ops; op; op = op->next)

@@ -17,6 +17,11 @@ struct group_state {
 
 static __thread struct group_state group;
 
+int plait_group_depth(void)
+{
+    return group.depth;
+}
+
 plait_result_t plait_group_start(void)
 {
     group.depth++;
@@ -121,6 +126,7 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream)
     struct plait_comm *comm = op->comm;
     op->stream = stream;
     op->seq = ++comm->seq;
+    op->grouped = group.depth > 0;
     if (group.depth > 0) {
         if (group.tail)
             group.tail->next = op;

@@ -1093,6 +1093,19 @@ static void red_run(const struct plait_red *r, enum red_kernel k, void *dst, con
  * block while the block is still in L1. */
 #define POST_BLOCK 4096
 
+/* Whether the pre-op (scaling) and the post-op (integer avg's division) take
+ * effect for r under these flags; r's dtype has been checked. */
+static bool red_has_pre(const struct plait_red *r, unsigned flags)
+{
+    return (flags & PLAIT_RED_PRE) &&
+           (r->op == PLAIT_RED_PREMULSUM || (r->op == PLAIT_AVG && !dtype_table[r->dtype].is_integer));
+}
+
+static bool red_has_post(const struct plait_red *r, unsigned flags)
+{
+    return (flags & PLAIT_RED_POST) && r->op == PLAIT_AVG && dtype_table[r->dtype].is_integer && r->nranks > 1;
+}
+
 void plait_reduce_apply(const struct plait_red *r, void *dst, const void *a, const void *b, size_t n,
                         unsigned flags)
 {
@@ -1100,9 +1113,8 @@ void plait_reduce_apply(const struct plait_red *r, void *dst, const void *a, con
     int op = r->op;
     if (n == 0 || dtype < 0 || dtype >= PLAIT_NUM_TYPES || op < 0 || op >= PLAIT_RED_NUM_OPS)
         return;
-    bool is_integer = dtype_table[dtype].is_integer;
-    bool has_pre = (flags & PLAIT_RED_PRE) && (op == PLAIT_RED_PREMULSUM || (op == PLAIT_AVG && !is_integer));
-    bool has_post = (flags & PLAIT_RED_POST) && op == PLAIT_AVG && is_integer && r->nranks > 1;
+    bool has_pre = red_has_pre(r, flags);
+    bool has_post = red_has_post(r, flags);
 
     enum red_kernel k;
     if (b == NULL)
@@ -1129,6 +1141,13 @@ void plait_reduce_apply(const struct plait_red *r, void *dst, const void *a, con
         red_run(r, k, (char *)dst + byte_off, (const char *)a + byte_off, b ? (const char *)b + byte_off : NULL, m);
         post_divide(dtype, (char *)dst + byte_off, m, r->nranks);
     }
+}
+
+int plait_reduce_is_copy(const struct plait_red *r, unsigned flags)
+{
+    if (r->dtype < 0 || r->dtype >= PLAIT_NUM_TYPES)
+        return flags == 0;
+    return !red_has_pre(r, flags) && !red_has_post(r, flags);
 }
 
 /* ---------------------------------------------------------------- init */

@@ -49,6 +49,11 @@ plait_result_t plait_red_init(struct plait_red *r, int dtype, int op, const void
 void plait_reduce_apply(const struct plait_red *r, void *dst, const void *a, const void *b, size_t n,
                         unsigned flags);
 
+/* Whether plait_reduce_apply(r, dst, a, NULL, n, flags) is a plain copy of a's
+ * bits (no pre-op or post-op takes effect): the executor may then send a
+ * itself rather than a transformed copy (single copy). */
+int plait_reduce_is_copy(const struct plait_red *r, unsigned flags);
+
 /* Size in bytes of one element; 0 for an invalid type. */
 size_t plait_dtype_size(int dtype);
 

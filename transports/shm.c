@@ -20,10 +20,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "../src/bootstrap.h"
 #include "../src/comm.h"
+#include "../src/fastpath.h"
 #include "../src/log.h"
 #include "../src/socket.h"
 #include "transport.h"
@@ -53,6 +55,7 @@ struct shm_state {
     struct plait_conn *conn_mem;
     int nconns;
     pid_t owner_pid;
+    char *sc_bounce;         /* single copy: the connections' bounce buffer, or NULL */
 };
 
 static struct seg_layout layout_of(const struct plait_comm *comm)
@@ -131,6 +134,7 @@ static void shm_free_state(struct plait_comm *comm, struct shm_state *st)
     free(st->bytes);
     free(st->segs);
     free(st->conn_mem);
+    free(st->sc_bounce);
     free(st);
 }
 
@@ -218,7 +222,9 @@ static plait_result_t setup_common(struct plait_comm *comm, int tp_id)
     const struct seg_layout l = layout_of(comm);
     int my_entries = 0;
     entry_index(comm, tp_id, me, -1, -1, &my_entries);
-    size_t my_bytes = SEG_HEADER + (size_t)my_entries * l.entry_bytes;
+    /* The small-message boxes (src/fastpath.c) follow the FIFO entries. */
+    const size_t fast_bytes = plait_fast_region_bytes(comm, tp_id);
+    size_t my_bytes = SEG_HEADER + (size_t)my_entries * l.entry_bytes + fast_bytes;
     char my_name[120] = "";
     if (any && my_entries > 0) {
         if (tp_id == PLAIT_TP_SHM) {
@@ -260,7 +266,7 @@ err_exchange:;
             continue;
         int entries = 0;
         entry_index(comm, tp_id, p, -1, -1, &entries);
-        size_t bytes = SEG_HEADER + (size_t)entries * l.entry_bytes;
+        size_t bytes = SEG_HEADER + (size_t)entries * l.entry_bytes + fast_bytes;
         char who[160];
         plait_peer_str(comm, p, who, sizeof(who));
         if (tp_id == PLAIT_TP_SHM) {
@@ -332,6 +338,18 @@ err_exchange:;
         }
     }
     comm->tp_state[tp_id] = st;
+    if (fast_bytes) {
+        size_t *off = calloc((size_t)n, sizeof(*off));
+        if (off) {
+            for (int p = 0; p < n; p++) {
+                int entries = 0;
+                entry_index(comm, tp_id, p, -1, -1, &entries);
+                off[p] = SEG_HEADER + (size_t)entries * l.entry_bytes;
+            }
+            plait_fast_attach(comm, tp_id, st->base, off);
+            free(off);
+        }
+    }
     for (int p = 0; p < n; p++)
         if (st->base[p]) {
             if (p == me)
@@ -351,14 +369,208 @@ err_free:
     return status;
 }
 
+/* ---------------------------------------------------------------- single copy
+ *
+ * Whether a rank may read a same-host peer's memory with process_vm_readv
+ * (CMA) depends on ptrace permission, which Yama's ptrace_scope, a seccomp
+ * filter or a container's policy may deny, and on both sides sharing a PID
+ * namespace. So it is probed once, at init: every rank publishes the address
+ * and value of a random 64-bit word of its own, reads every shm peer's word,
+ * and the verdicts are allgathered. Single copy is used on the communicator's
+ * shm connections only when every read of every rank worked: each end of a
+ * connection then knows its peer can read its descriptors. Threads of one
+ * process (inproc) read each other's memory directly and need no probe. */
+
+struct sc_card {
+    uint64_t addr; /* of a random word in this process */
+    uint64_t value;
+};
+
+struct sc_verdict {
+    int32_t err;  /* 0, an errno, or SC_ERR_VALUE / SC_ERR_SHORT */
+    int32_t peer; /* the first peer this rank could not read */
+};
+
+#define SC_ERR_VALUE (-1) /* read another value: the pid is another process (PID namespaces) */
+#define SC_ERR_SHORT (-2) /* read fewer bytes than asked */
+
+static const char *sc_err_str(int err, char *buf, size_t len)
+{
+    if (err == SC_ERR_VALUE)
+        snprintf(buf, len, "it read another value than the peer published (different PID namespaces?)");
+    else if (err == SC_ERR_SHORT)
+        snprintf(buf, len, "short read");
+    else if (err == EPERM || err == EACCES)
+        snprintf(buf, len, "%s (ptrace permission, denied by Yama's ptrace_scope, a seccomp filter or a container's "
+                           "policy)", strerror(err));
+    else if (err == ENOSYS)
+        snprintf(buf, len, "%s (a kernel without CONFIG_CROSS_MEMORY_ATTACH, or a seccomp filter)", strerror(err));
+    else if (err == ESRCH)
+        snprintf(buf, len, "%s (different PID namespaces?)", strerror(err));
+    else
+        snprintf(buf, len, "%s", strerror(err));
+    return buf;
+}
+
+/* Whether some pair of ranks is joined by shm: the same answer on every rank
+ * (a pure function of the node map). A host has such a pair exactly when one
+ * of its ranks is in another process than the host's first rank. */
+static int sc_any_shm_pair(const struct plait_comm *comm)
+{
+    int *first = malloc(sizeof(int) * (size_t)(comm->nhosts > 0 ? comm->nhosts : 1));
+    if (!first)
+        return -1;
+    for (int h = 0; h < comm->nhosts; h++)
+        first[h] = -1;
+    int found = 0;
+    for (int r = 0; r < comm->nranks && !found; r++) {
+        const int h = comm->ranks[r].host_index;
+        if (h < 0 || h >= comm->nhosts)
+            continue;
+        if (first[h] < 0)
+            first[h] = r;
+        else
+            found = plait_pair_transport(comm, first[h], r) == PLAIT_TP_SHM;
+    }
+    free(first);
+    return found;
+}
+
+/* Probes process_vm_readv (collective); *verdicts_out: one per rank, for the
+ * caller to free. */
+static plait_result_t sc_probe(struct plait_comm *comm, struct sc_verdict **verdicts_out)
+{
+    const int n = comm->nranks, me = comm->rank;
+    /* Peers read this word while they probe, that is until every rank has
+     * reached the second allgather; volatile keeps it in memory till then. */
+    volatile uint64_t magic = 0;
+    uint64_t value = 0;
+    plait_random_bytes(&value, sizeof(value));
+    value |= 1; /* never 0, which an unwritten word would read as */
+    magic = value;
+    struct sc_card *cards = calloc((size_t)n, sizeof(*cards));
+    struct sc_verdict *v = calloc((size_t)n, sizeof(*v));
+    if (!cards || !v) {
+        free(cards);
+        free(v);
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
+    }
+    cards[me].addr = (uint64_t)(uintptr_t)&magic;
+    cards[me].value = value;
+    plait_result_t status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards));
+    if (status)
+        goto out;
+    v[me].peer = -1;
+    for (int p = 0; p < n && !v[me].err; p++) {
+        if (p == me || plait_pair_transport(comm, me, p) != PLAIT_TP_SHM)
+            continue;
+        uint64_t got = 0;
+        struct iovec local = {&got, sizeof(got)};
+        struct iovec remote = {(void *)(uintptr_t)cards[p].addr, sizeof(got)};
+        ssize_t k = process_vm_readv((pid_t)comm->ranks[p].pid, &local, 1, &remote, 1, 0);
+        int err = k < 0 ? errno : k != (ssize_t)sizeof(got) ? SC_ERR_SHORT : got != cards[p].value ? SC_ERR_VALUE : 0;
+        if (err) {
+            v[me].err = err;
+            v[me].peer = p;
+        }
+    }
+    status = plait_bootstrap_allgather(comm->bs, v, sizeof(*v));
+    (void)magic;
+out:
+    free(cards);
+    if (status) {
+        free(v);
+        return status;
+    }
+    *verdicts_out = v;
+    return PLAIT_SUCCESS;
+}
+
+/* Turns single copy on for the connections of tp_id where PLAIT_CMA and (for
+ * shm) the probe allow it. Collective for shm. */
+static plait_result_t sc_setup(struct plait_comm *comm, int tp_id)
+{
+    struct shm_state *st = comm->tp_state[tp_id];
+    if (comm->set.cma == PLAIT_CMA_OFF || !st)
+        return PLAIT_SUCCESS;
+    if (tp_id == PLAIT_TP_INPROC) {
+        for (int i = 0; i < st->nconns; i++)
+            st->conn_mem[i].sc_mode = PLAIT_SC_LOCAL;
+        return PLAIT_SUCCESS;
+    }
+    const int any = sc_any_shm_pair(comm);
+    if (any < 0)
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
+    if (!any)
+        return PLAIT_SUCCESS; /* the same on every rank: nobody probes */
+    struct sc_verdict *v = NULL;
+    plait_result_t status = sc_probe(comm, &v);
+    if (status)
+        return status;
+    int bad = -1;
+    for (int r = 0; r < comm->nranks && bad < 0; r++)
+        if (v[r].err)
+            bad = r;
+    if (bad >= 0) {
+        /* Every rank has the same verdicts, so every rank says the same. */
+        char who[160], whom[160], why[256];
+        const int peer = v[bad].peer;
+        plait_peer_str(comm, bad, who, sizeof(who));
+        if (peer >= 0 && peer < comm->nranks)
+            plait_peer_str(comm, peer, whom, sizeof(whom));
+        else
+            snprintf(whom, sizeof(whom), "a peer");
+        sc_err_str(v[bad].err, why, sizeof(why));
+        free(v);
+        if (comm->set.cma == PLAIT_CMA_REQUIRE)
+            return plait_error(PLAIT_ERR_SYSTEM,
+                               "shm: PLAIT_CMA=1 requires single copy, but %s cannot read the memory of %s with "
+                               "process_vm_readv: %s",
+                               who, whom, why);
+        if (st->nconns > 0)
+            PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+                       "shm: rank %d: single copy (CMA) off, the FIFO path carries everything: %s cannot read the "
+                       "memory of %s with process_vm_readv: %s",
+                       comm->rank, who, whom, why);
+        return PLAIT_SUCCESS;
+    }
+    free(v);
+    if (st->nconns == 0)
+        return PLAIT_SUCCESS;
+    /* One bounce buffer per communicator: a reducing step reads a piece of a
+     * peer's bytes into it and reduces from there while it is in cache. */
+    if (posix_memalign((void **)&st->sc_bounce, 64, comm->set.slot_bytes))
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: cannot allocate %llu bytes for single copy",
+                           (unsigned long long)comm->set.slot_bytes);
+    for (int i = 0; i < st->nconns; i++) {
+        struct plait_conn *c = &st->conn_mem[i];
+        c->sc_mode = PLAIT_SC_CMA;
+        c->sc_pid = comm->ranks[c->peer].pid;
+        c->sc_bounce = st->sc_bounce;
+    }
+    if (comm->set.cma_min_bytes == UINT64_MAX)
+        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+                   "shm: rank %d: single copy (CMA, process_vm_readv) allowed on %d connections but not used: "
+                   "PLAIT_CMA_MIN_BYTES is unset",
+                   comm->rank, st->nconns);
+    else
+        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+                   "shm: rank %d: single copy (CMA, process_vm_readv) on for %d connections, steps of %llu bytes or "
+                   "more",
+                   comm->rank, st->nconns, (unsigned long long)comm->set.cma_min_bytes);
+    return PLAIT_SUCCESS;
+}
+
 static plait_result_t shm_setup(struct plait_comm *comm)
 {
-    return setup_common(comm, PLAIT_TP_SHM);
+    plait_result_t status = setup_common(comm, PLAIT_TP_SHM);
+    return status ? status : sc_setup(comm, PLAIT_TP_SHM);
 }
 
 static plait_result_t inproc_setup(struct plait_comm *comm)
 {
-    return setup_common(comm, PLAIT_TP_INPROC);
+    plait_result_t status = setup_common(comm, PLAIT_TP_INPROC);
+    return status ? status : sc_setup(comm, PLAIT_TP_INPROC);
 }
 
 static void shm_teardown_any(struct plait_comm *comm, int tp_id)
@@ -366,6 +578,7 @@ static void shm_teardown_any(struct plait_comm *comm, int tp_id)
     struct shm_state *st = comm->tp_state[tp_id];
     if (!st)
         return;
+    plait_fast_detach(comm, tp_id);
     for (int p = 0; p < comm->nranks; p++)
         if (st->base[p]) {
             if (p == comm->rank)

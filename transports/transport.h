@@ -47,6 +47,40 @@ extern const struct plait_transport plait_transport_socket; /* TCP, any two host
 
 enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_SOCKET = 2, PLAIT_TP_COUNT };
 
+/* Single copy (docs/performance.md, "Single-copy (CMA)"). A slot whose size word
+ * has PLAIT_SLOT_DESC set holds a struct plait_sc_desc instead of data: where the
+ * bytes are in the sender's own memory. The receiver reads them from there
+ * itself (process_vm_readv for shm, memcpy for inproc, where the peer is a
+ * thread of this process) and releases the slot only once it has read them
+ * all; the sender keeps them valid and unchanged until then (its head passes
+ * the slot). Ordering as for data: the sender's writes of the bytes and of the
+ * descriptor come before its release store of tail, which the receiver
+ * acquires before reading either; the receiver's reads (process_vm_readv has
+ * returned) come before its release store of head, which the sender acquires
+ * before it writes those bytes again or returns them to the user. */
+#define PLAIT_SLOT_DESC 0x80000000u
+
+struct plait_sc_desc {
+    uint64_t addr;  /* in the sender's address space */
+    uint64_t len;   /* bytes */
+    /* Readers now reading (low bits) | PLAIT_SC_REVOKED. A receiver adds 1
+     * before each read and takes it off after; a sender whose operation fails
+     * with the descriptor unreleased sets REVOKED and waits until no reader is
+     * left before it returns (and the user may free the bytes). Both are
+     * sequentially consistent read-modify-writes of this word, so either the
+     * reader sees REVOKED and reads nothing, or the sender sees the reader and
+     * waits for it. */
+    uint64_t state;
+};
+#define PLAIT_SC_REVOKED (1ull << 63)
+
+/* How a connection's receiver reads descriptors; NONE: neither end sends any. */
+enum plait_sc_mode {
+    PLAIT_SC_NONE = 0,
+    PLAIT_SC_CMA = 1,   /* the peer is another process of this host: process_vm_readv */
+    PLAIT_SC_LOCAL = 2, /* the peer is a thread of this process (or this rank): memcpy */
+};
+
 struct plait_conn {
     const struct plait_transport *tp;
     int peer;
@@ -70,6 +104,26 @@ struct plait_conn {
      * FIFO is still consumed, only a wait for more becomes an error */
     int peer_gone;
     void *priv;              /* transport's own state */
+    /* single copy: enum plait_sc_mode (both ends agree: set at setup from an
+     * allgathered probe), the peer's pid for process_vm_readv, a slot_bytes
+     * buffer (one per communicator and transport) that reducing steps read a
+     * piece into, and counts of descriptors sent and read, which only this
+     * rank's executor writes (for tests and statistics) */
+    int sc_mode;
+    int32_t sc_pid;
+    char *sc_bounce;
+    uint64_t sc_tx_descs;
+    uint64_t sc_rx_descs;
+};
+
+/* A descriptor a task has published and its receiver has not released yet:
+ * the bytes [addr, addr + len) must stay unchanged until tx_head passes seq. */
+struct plait_sc_pending {
+    struct plait_conn *conn;
+    uint64_t seq;
+    const char *addr;
+    uint64_t len;
+    uint64_t *state; /* the descriptor's state word, in the receiver's slot */
 };
 
 static inline uint64_t plait_ld_acquire_u64(const uint64_t *p)
