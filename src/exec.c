@@ -29,15 +29,6 @@ enum { ADV_BLOCKED = 0, ADV_PROGRESSED = 1, ADV_DONE = 2, ADV_ERROR = 3 };
  * starve the others of the loop (their peers wait on them). */
 #define PIECES_PER_ADVANCE 16
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static const char *buf_ptr(const struct plait_op *op, int which)
 {
     return which == PLAIT_BUF_INPUT ? op->sendbuff : which == PLAIT_BUF_OUTPUT ? op->recvbuff : op->scratch;
@@ -885,7 +876,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
             idle_since = now;
         uint64_t idle = now - idle_since;
         if (idle < (uint64_t)spin_ns)
-            cpu_relax();
+            plait_cpu_relax();
         else if (idle < 100000000ull)
             sched_yield();
         else

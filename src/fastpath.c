@@ -313,15 +313,6 @@ plait_result_t plait_fast_check_mismatch(const struct plait_op *op)
     return PLAIT_SUCCESS;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* The checks a waiting rank makes every millisecond (as the executor does). */
 static plait_result_t idle_checks(const struct plait_op *op, double deadline)
 {
@@ -384,7 +375,7 @@ plait_result_t plait_fast_run(struct plait_op *op)
             continue;
         }
         if (idle_since && (++polls & 63) != 0 && comm->spin_ns > 0) {
-            cpu_relax();
+            plait_cpu_relax();
             continue;
         }
         uint64_t now = plait_now_ns();
@@ -397,7 +388,7 @@ plait_result_t plait_fast_run(struct plait_op *op)
         }
         uint64_t idle = now - idle_since;
         if (idle < (uint64_t)comm->spin_ns)
-            cpu_relax();
+            plait_cpu_relax();
         else if (idle < 100000000ull)
             sched_yield();
         else

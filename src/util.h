@@ -54,6 +54,16 @@ static inline uint64_t plait_min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
+/* A spin-wait hint to the core (a poll loop's pause). */
+static inline void plait_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Reads the abort flag a waiter polls (set from any thread by plait_comm_abort). */
 static inline int plait_aborted(const int *abort_flag)
 {
