@@ -173,8 +173,8 @@ static void sched_args(struct plait_op *op, size_t count, int root)
  * the group, stream or executor runs like any other, so that the choice of
  * path depends only on the call's arguments, the same on every rank. */
 static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
-                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, size_t bytes,
-                              plait_stream_t stream)
+                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
+                              size_t bytes, plait_stream_t stream)
 {
     const int redop = red ? red->op : PLAIT_SUM;
     if (!stream && comm->blocking && plait_group_depth() == 0 && !__atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE)) {
@@ -188,6 +188,7 @@ static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *nam
         if (red)
             op.red = *red;
         op.args.count = count;
+        op.args.root = root;
         op.seq = ++comm->seq;
         op.coll_seq = ++comm->coll_seq;
         plait_fast_prepare(&op, bytes, dtype, redop);
@@ -201,7 +202,7 @@ static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *nam
     op->esize = plait_dtype_size(dtype);
     if (red)
         op->red = *red;
-    sched_args(op, count, 0);
+    sched_args(op, count, root);
     op->coll_seq = ++comm->coll_seq;
     plait_fast_prepare(op, bytes, dtype, redop);
     struct plait_task *t = &op->tasks[op->ntasks++];
@@ -219,7 +220,7 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
     const size_t esize = plait_dtype_size(dtype);
     /* Bytes each rank sends each peer: count is per rank for these. */
     if (plait_fast_eligible(comm, coll, count * esize))
-        return fast_op(comm, coll, name, sendbuff, recvbuff, count, dtype, red, count * esize, stream);
+        return fast_op(comm, coll, name, sendbuff, recvbuff, count, dtype, red, root, count * esize, stream);
     struct plait_op *op = op_new(comm, coll, name, comm->nchannels);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
@@ -359,7 +360,7 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
     if (plait_fast_eligible(comm, PLAIT_COLL_BARRIER, 0))
-        return fast_op(comm, PLAIT_COLL_BARRIER, fn, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, stream);
+        return fast_op(comm, PLAIT_COLL_BARRIER, fn, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, 0, stream);
     return sched_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
                    stream);
 }

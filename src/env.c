@@ -50,7 +50,8 @@ const struct plait_env_var plait_env_table[] = {
      "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). Unset: plait chooses by a "
      "documented rule (docs/algorithms.md, \"Selection\")."},
     {"PLAIT_PROTO", "NCCL_PROTO", "auto",
-     "auto: collectives of at most 4 KiB per rank pair (allreduce, reducescatter, allgather, alltoall, barrier) "
+     "auto: collectives of at most 4 KiB per rank pair (allreduce, reducescatter, allgather, alltoall, barrier; "
+     "broadcast and reduce when the host has a core per rank) "
      "between 2..8 ranks of one host take the small-message path (plait's LL: data and flag pushed into each "
      "peer's cache line, docs/performance.md), everything else the FIFO path (NCCL's Simple); Simple: the FIFO path "
      "only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "

@@ -21,14 +21,14 @@
  * collectives (a mismatch, reported, never a hang or wrong data).
  *
  * Reuse. Call k writes the boxes of parity k & 1, last written by call k - 2.
- * Every collective on this path (allreduce, reducescatter, allgather, alltoall,
- * barrier) reads every peer's box before it completes. So when a rank starts
- * call k it has read the peer's call k - 1 data, which the peer wrote only
- * after finishing call k - 2, that is after reading our call k - 2 box: the box
- * is free. No credit is needed. (Broadcast and reduce, where some ranks read
- * nothing, would need one: they stay on the FIFO path.) Small-message calls of
- * a communicator run one at a time in issue order: inline on the calling thread,
- * or as the only task of their op in lane 0 of the executor.
+ * Every call on this path writes a box to every peer and reads every peer's box
+ * before it completes; in broadcast and reduce the ranks that have no data for
+ * a peer push the tag alone. So when a rank starts call k it has read the
+ * peer's call k - 1 box, which the peer wrote only after finishing call k - 2,
+ * that is after reading our call k - 2 box: the box is free. No credit is
+ * needed. Small-message calls of a communicator run one at a time in issue
+ * order: inline on the calling thread, or as the only task of their op in lane
+ * 0 of the executor.
  *
  * Results. Reductions run in rank order 0..n-1 on every rank, so every rank
  * gets the same bits. Float avg and premulsum scale each rank's contribution
@@ -44,6 +44,7 @@
 
 #include "../algorithms/algorithms.h"
 #include "comm.h"
+#include "../topology/topo.h"
 #include "log.h"
 #include "util.h"
 
@@ -55,6 +56,12 @@ enum { FAST_BLOCKED = 0, FAST_PROGRESSED = 1, FAST_DONE = 2, FAST_ERROR = 3 };
 
 struct plait_fast {
     int tp_id;
+    /* Every rank can have a core of its own (the host's graph, the same on
+     * every rank, has at least nranks cores): broadcast and reduce take the
+     * path only then. Oversubscribed, their FIFO form is faster: the root
+     * runs ahead of the others by a FIFO's worth of calls, where this path
+     * makes every call wait for every rank to be scheduled. */
+    int fits_cores;
     char **rx;  /* [writer]: the writer's two boxes in this rank's segment (NULL for itself) */
     char **tx;  /* [reader]: this rank's two boxes in the reader's segment (NULL for itself) */
     /* This rank's contribution when it cannot be read from the user's buffer
@@ -82,6 +89,27 @@ size_t plait_fast_region_bytes(const struct plait_comm *comm, int tp_id)
     return (size_t)comm->nranks * 2 * BOX_BYTES;
 }
 
+/* Whether the host has a core per rank, by a count every rank agrees on: the
+ * cores of the host's graph when every rank sees the same graph. */
+static int fits_cores(const struct plait_comm *comm)
+{
+    if (!comm->topo)
+        return 0;
+    for (int r = 0; r < comm->nranks; r++)
+        if (comm->ranks[r].topo_hash != comm->ranks[0].topo_hash)
+            return 0;
+    int cores = 0;
+    for (int i = 0; i < comm->topo->nnodes; i++) {
+        const struct plait_topo_node *node = &comm->topo->nodes[i];
+        if (node->type != PLAIT_TOPO_CPU)
+            continue;
+        if (node->cpu.ncores <= 0)
+            return 0; /* unknown */
+        cores += node->cpu.ncores;
+    }
+    return cores >= comm->nranks;
+}
+
 void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, const size_t *region_off)
 {
     const int n = comm->nranks, me = comm->rank;
@@ -90,6 +118,7 @@ void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, co
         return;
     memset(f, 0, sizeof(*f));
     f->tp_id = tp_id;
+    f->fits_cores = fits_cores(comm);
     f->rx = calloc((size_t)n, sizeof(char *));
     f->tx = calloc((size_t)n, sizeof(char *));
     if (!f->rx || !f->tx) {
@@ -105,8 +134,9 @@ void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, co
         f->tx[p] = base[p] + region_off[p] + (size_t)me * 2 * BOX_BYTES;
     }
     comm->fast = f;
-    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "rank %d: small-message path on (%d ranks, up to %d bytes per rank pair)", me,
-               n, PLAIT_FAST_MAX_BYTES);
+    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+               "rank %d: small-message path on (%d ranks, up to %d bytes per rank pair; broadcast and reduce %s)", me,
+               n, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
 }
 
 void plait_fast_detach(struct plait_comm *comm, int tp_id)
@@ -132,6 +162,9 @@ int plait_fast_eligible(const struct plait_comm *comm, int coll, size_t bytes)
     case PLAIT_COLL_ALLGATHER:
     case PLAIT_COLL_ALLTOALL:
         return bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
+    case PLAIT_COLL_BROADCAST:
+    case PLAIT_COLL_REDUCE:
+        return comm->fast->fits_cores && bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
     default:
         return 0;
     }
@@ -139,7 +172,20 @@ int plait_fast_eligible(const struct plait_comm *comm, int coll, size_t bytes)
 
 static int is_reduction(int coll)
 {
-    return coll == PLAIT_COLL_ALLREDUCE || coll == PLAIT_COLL_REDUCESCATTER;
+    return coll == PLAIT_COLL_ALLREDUCE || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_REDUCE;
+}
+
+/* Whether this rank pushes data (not only the tag) to peer p. */
+static int sends_data_to(const struct plait_op *op, int p)
+{
+    const int me = op->comm->rank, root = op->args.root;
+    if (op->coll == PLAIT_COLL_BARRIER)
+        return 0;
+    if (op->coll == PLAIT_COLL_BROADCAST)
+        return me == root;
+    if (op->coll == PLAIT_COLL_REDUCE)
+        return p == root;
+    return 1;
 }
 
 /* Whether a rank's contribution must be transformed before it is combined. */
@@ -161,7 +207,8 @@ void plait_fast_prepare(struct plait_op *op, size_t bytes, int dtype, int redop)
     struct plait_comm *comm = op->comm;
     op->fast_seq = ++comm->fast_seq;
     op->fast_bytes = bytes;
-    uint64_t h = (uint64_t)op->coll | (uint64_t)(uint32_t)dtype << 8 | (uint64_t)(uint32_t)redop << 16;
+    uint64_t h = (uint64_t)op->coll | (uint64_t)(uint32_t)dtype << 8 | (uint64_t)(uint32_t)redop << 16 |
+                 (uint64_t)(uint32_t)op->args.root << 24;
     h ^= (uint64_t)bytes * 0x9e3779b97f4a7c15ull;
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -179,10 +226,12 @@ static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
     const size_t bytes = op->fast_bytes;
     const int pre = needs_pre(op);
     const char *own = block_for(op, me);
+    /* A reduce's non-root writes no result (its recvbuff may be NULL). */
+    const int writes_result = op->coll != PLAIT_COLL_REDUCE || me == op->args.root;
     if (pre) {
         plait_reduce_apply(&op->red, f->stash, own, NULL, (size_t)op->args.count, PLAIT_RED_PRE);
         own = f->stash;
-    } else if (is_reduction(op->coll) && own < op->recvbuff + bytes && op->recvbuff < own + bytes) {
+    } else if (is_reduction(op->coll) && writes_result && own < op->recvbuff + bytes && op->recvbuff < own + bytes) {
         /* In place: the result is built in recvbuff before our turn comes. */
         memcpy(f->stash, own, bytes);
         own = f->stash;
@@ -191,8 +240,8 @@ static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
     for (int i = 1; i < n; i++) {
         const int p = (me + i) % n;
         char *box = f->tx[p] + parity_off;
-        if (bytes) {
-            if (op->coll == PLAIT_COLL_ALLREDUCE)
+        if (bytes && sends_data_to(op, p)) {
+            if (op->coll == PLAIT_COLL_ALLREDUCE || op->coll == PLAIT_COLL_REDUCE)
                 memcpy(box + BOX_HDR, op->fast_own, bytes);
             else if (pre)
                 plait_reduce_apply(&op->red, box + BOX_HDR, block_for(op, p), NULL, (size_t)op->args.count,
@@ -211,6 +260,15 @@ static void consume(struct plait_op *op, int k, const char *in)
     const int n = op->comm->nranks;
     const size_t bytes = op->fast_bytes;
     switch (op->coll) {
+    case PLAIT_COLL_BROADCAST:
+        /* Every box is waited for (the reuse rule); only the root's has data. */
+        if (k == op->args.root && op->recvbuff != in)
+            memcpy(op->recvbuff, in, bytes);
+        break;
+    case PLAIT_COLL_REDUCE:
+        if (op->comm->rank != op->args.root)
+            break;
+        /* fall through: the root reduces like allreduce */
     case PLAIT_COLL_ALLREDUCE:
     case PLAIT_COLL_REDUCESCATTER: {
         const unsigned post_flag = k == n - 1 ? PLAIT_RED_POST : 0;
