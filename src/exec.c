@@ -874,13 +874,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         uint64_t now = plait_now_ns();
         if (!idle_since)
             idle_since = now;
-        uint64_t idle = now - idle_since;
-        if (idle < (uint64_t)spin_ns)
-            plait_cpu_relax();
-        else if (idle < 100000000ull)
-            sched_yield();
-        else
-            usleep(200); /* a long wait (a late peer): stop burning the core */
+        plait_idle_pause(now - idle_since, spin_ns);
         if (now - last_check > 1000000ull) {
             last_check = now;
             for (int i = 0; i < rc.n; i++) {

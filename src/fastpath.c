@@ -444,13 +444,7 @@ plait_result_t plait_fast_run(struct plait_op *op)
                 deadline = plait_deadline(comm->set.coll_timeout_s);
             }
         }
-        uint64_t idle = now - idle_since;
-        if (idle < (uint64_t)comm->spin_ns)
-            plait_cpu_relax();
-        else if (idle < 100000000ull)
-            sched_yield();
-        else
-            usleep(200); /* a long wait (a late peer): stop burning the core */
+        plait_idle_pause(now - idle_since, comm->spin_ns);
         if (now - last_check > 1000000ull) {
             last_check = now;
             if ((status = idle_checks(op, deadline)) != PLAIT_SUCCESS)
