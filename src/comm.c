@@ -216,6 +216,23 @@ plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
     return PLAIT_SUCCESS;
 }
 
+plait_result_t plait_comm_check_waiting(struct plait_comm *comm)
+{
+    if (plait_aborted(&comm->abort_flag))
+        return plait_error(PLAIT_ERR_REMOTE, "communicator aborted (plait_comm_abort)");
+    plait_comm_check_peers(comm);
+    if (comm->dead_peer < 0)
+        return PLAIT_SUCCESS;
+    char who[160], by[48] = "";
+    if (comm->dead_reporter >= 0)
+        snprintf(by, sizeof(by), " (as rank %d found)", comm->dead_reporter);
+    plait_result_t res = plait_error(PLAIT_ERR_REMOTE,
+                                     "%s died in the middle of an operation%s; the communicator is broken",
+                                     plait_peer_str(comm, comm->dead_peer, who, sizeof(who)), by);
+    plait_comm_publish_death(comm, comm->dead_peer);
+    return res;
+}
+
 void plait_comm_check_peers(struct plait_comm *comm)
 {
     for (int p = 0; p < comm->nranks; p++) {

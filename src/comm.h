@@ -220,6 +220,12 @@ void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, con
  * have published; marks connections, sets dead_peer. */
 void plait_comm_check_peers(struct plait_comm *comm);
 
+/* What a waiting rank checks every millisecond: the abort flag, then the
+ * peers (plait_comm_check_peers). PLAIT_ERR_REMOTE naming the aborted
+ * communicator or the dead peer (published for same-host ranks), else
+ * PLAIT_SUCCESS. The caller adds which operation waited. */
+plait_result_t plait_comm_check_waiting(struct plait_comm *comm);
+
 /* Publishes that `peer` died under one of our operations, so that same-host
  * ranks waiting on us (not on it) name the rank that really died. */
 void plait_comm_publish_death(struct plait_comm *comm, int peer);

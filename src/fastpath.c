@@ -375,21 +375,10 @@ plait_result_t plait_fast_check_mismatch(const struct plait_op *op)
 static plait_result_t idle_checks(const struct plait_op *op, double deadline)
 {
     struct plait_comm *c = op->comm;
-    if (plait_aborted(&c->abort_flag))
-        return plait_error(PLAIT_ERR_REMOTE, "%s (operation #%llu) on rank %d: communicator aborted (plait_comm_abort)",
-                           op->name, (unsigned long long)op->seq, c->rank);
-    plait_comm_check_peers(c);
-    if (c->dead_peer >= 0) {
-        char who[160], by[48] = "";
-        if (c->dead_reporter >= 0)
-            snprintf(by, sizeof(by), " (as rank %d found)", c->dead_reporter);
-        plait_comm_publish_death(c, c->dead_peer);
-        return plait_error(PLAIT_ERR_REMOTE,
-                           "%s (operation #%llu) on rank %d: %s died in the middle of an operation%s; the "
-                           "communicator is broken",
-                           op->name, (unsigned long long)op->seq, c->rank,
-                           plait_peer_str(c, c->dead_peer, who, sizeof(who)), by);
-    }
+    plait_result_t res = plait_comm_check_waiting(c);
+    if (res)
+        return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
+                                   c->rank);
     if (plait_deadline_passed(deadline))
         return plait_error(PLAIT_ERR_TIMEOUT,
                            "%s (operation #%llu) on rank %d did not complete within PLAIT_COLL_TIMEOUT=%g s", op->name,
