@@ -184,6 +184,22 @@ static void sc_publish(struct plait_task *t, struct plait_conn *c, void *slot, c
     c->sc_tx_descs++;
 }
 
+/* Publishes [addr, addr + len) on c once a slot is free: 1 published, 0 no
+ * free slot yet (wait), -1 the peer is gone (*err). */
+static int sc_try_publish(struct plait_task *t, struct plait_conn *c, const char *addr, uint64_t len,
+                          plait_result_t *err)
+{
+    void *slot = plait_conn_send_slot(c);
+    if (!slot) {
+        if (!c->peer_gone)
+            return 0;
+        *err = peer_gone_error(t, c->peer, "waiting for it to drain its buffers");
+        return -1;
+    }
+    sc_publish(t, c, slot, addr, len);
+    return 1;
+}
+
 /* Takes the descriptor in `slot` (size word `got`), at the head of c's FIFO,
  * for the rest of the step: it must cover exactly the (count - done) elements
  * the step still expects. */
@@ -492,15 +508,11 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 struct plait_conn *c = step_conn(t, st->send_peer, "sends to", err);
                 if (!c)
                     return ADV_ERROR;
-                void *slot = plait_conn_send_slot(c);
-                if (!slot) {
-                    if (c->peer_gone) {
-                        *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
-                        return ADV_ERROR;
-                    }
+                const int r = sc_try_publish(t, c, buf_ptr(op, st->dst_buf) + st->dst_off * es, st->count * es, err);
+                if (r < 0)
+                    return ADV_ERROR;
+                if (r == 0)
                     return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
-                }
-                sc_publish(t, c, slot, buf_ptr(op, st->dst_buf) + st->dst_off * es, st->count * es);
                 t->sc_fwd = 0;
             }
             t->has_step = 0;
@@ -518,15 +530,11 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
                 return ADV_ERROR;
             if (sc_wants(t, sc, st->count * es)) {
-                void *slot = plait_conn_send_slot(sc);
-                if (!slot) {
-                    if (sc->peer_gone) {
-                        *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
-                        return ADV_ERROR;
-                    }
+                const int r = sc_try_publish(t, sc, buf_ptr(op, st->src_buf) + st->src_off * es, st->count * es, err);
+                if (r < 0)
+                    return ADV_ERROR;
+                if (r == 0)
                     return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
-                }
-                sc_publish(t, sc, slot, buf_ptr(op, st->src_buf) + st->src_off * es, st->count * es);
                 t->piece_off = st->count;
                 progressed = 1;
                 continue;
@@ -877,26 +885,11 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         plait_idle_pause(now - idle_since, spin_ns);
         if (now - last_check > 1000000ull) {
             last_check = now;
-            for (int i = 0; i < rc.n; i++) {
-                struct plait_comm *c = rc.list[i];
-                if (plait_aborted(&c->abort_flag)) {
-                    status = plait_error(PLAIT_ERR_REMOTE, "communicator aborted (plait_comm_abort)");
-                    failed_comm = c;
+            for (int i = 0; i < rc.n; i++)
+                if ((status = plait_comm_check_waiting(rc.list[i])) != PLAIT_SUCCESS) {
+                    failed_comm = rc.list[i];
                     goto out;
                 }
-                plait_comm_check_peers(c);
-                if (c->dead_peer >= 0) {
-                    char who[160], by[48] = "";
-                    if (c->dead_reporter >= 0)
-                        snprintf(by, sizeof(by), " (as rank %d found)", c->dead_reporter);
-                    status = plait_error(PLAIT_ERR_REMOTE,
-                                         "%s died in the middle of an operation%s; the communicator is broken",
-                                         plait_peer_str(c, c->dead_peer, who, sizeof(who)), by);
-                    plait_comm_publish_death(c, c->dead_peer);
-                    failed_comm = c;
-                    goto out;
-                }
-            }
             /* A peer that runs our waiting collective on the small-message
              * path will never feed our FIFOs. */
             for (int i = 0; i < ntasks; i++)
