@@ -8,7 +8,7 @@
 enum plait_log_level { PLAIT_LOG_NONE = 0, PLAIT_LOG_WARN = 1, PLAIT_LOG_INFO = 2, PLAIT_LOG_TRACE = 3 };
 
 /* Subsystems, a bit each, selected by PLAIT_DEBUG_SUBSYS (names: INIT, BOOTSTRAP,
- * TRANSPORT, COLL, P2P, GROUP, STREAM, ENV, GRAPH, ALL; a leading ^ excludes). */
+ * TRANSPORT, COLL, P2P, GROUP, STREAM, ENV, GRAPH, TUNING, ALL; a leading ^ excludes). */
 enum plait_log_subsys {
     PLAIT_SUBSYS_INIT = 1u << 0,
     PLAIT_SUBSYS_BOOTSTRAP = 1u << 1,
@@ -19,6 +19,7 @@ enum plait_log_subsys {
     PLAIT_SUBSYS_STREAM = 1u << 6,
     PLAIT_SUBSYS_ENV = 1u << 7,
     PLAIT_SUBSYS_GRAPH = 1u << 8, /* topology: discovery, paths, channel search */
+    PLAIT_SUBSYS_TUNING = 1u << 9, /* the tuner's decision per call (src/tuner.c) */
     PLAIT_SUBSYS_ALL = 0xffffffffu
 };
 
