@@ -204,8 +204,9 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
     return PLAIT_SUCCESS;
 }
 
-/* The default rule until the cost model replaces it (docs/algorithms.md,
- * "Selection"): returns an algorithm id for (coll, bytes, nranks, nhosts), or
+/* The default rule, the choice without a model (docs/algorithms.md,
+ * "Selection"): the tuner (src/tuner.c) uses it for collectives or machines
+ * its cost model does not cover. Returns an algorithm id for (coll, bytes, nranks, nhosts), or
  * with bytes == UINT64_MAX sets may[] to every id the rule can return for
  * nranks (any size, any host count). */
 /* Default one-shot allreduce: at most this many bytes per rank, this many ranks. */

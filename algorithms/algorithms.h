@@ -66,7 +66,9 @@ const char *plait_coll_name(int coll);
  * and stay "auto", so scripts written for NCCL keep running. */
 plait_result_t plait_algo_parse(const char *spec, int strict, const char *varname, uint8_t choice[PLAIT_COLL_COUNT]);
 
-/* The generator for a call: the forced choice if any, else the default rule.
+/* The generator for a call: the forced choice if any, else the default rule
+ * (the choice without a model: src/tuner.c decides calls, and falls back to
+ * this where its model does not apply).
  * `bytes` is count x element size (per rank for allgather). Deterministic in its
  * arguments, so every rank chooses the same. */
 const struct plait_algorithm *plait_algo_select(int coll, uint64_t bytes, int nranks, int nhosts,

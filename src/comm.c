@@ -18,6 +18,7 @@
 #include "bootstrap.h"
 #include "log.h"
 #include "socket.h"
+#include "tuner.h"
 #include "util.h"
 
 /* Transports in set-up order. Every rank runs every transport's setup (each is
@@ -302,7 +303,9 @@ static void regs_free(struct plait_comm *comm);
 
 /* Releases everything the communicator holds except its own struct, which a
  * thread racing with plait_comm_abort may still read (its magic, flags and
- * counters) and so outlives the abort for a while (see graveyard_push). */
+ * counters) and so outlives the abort for a while (see graveyard_push), and
+ * its tuner, which such a thread, past the validity check, may be asking for
+ * a choice (freed with the struct). */
 static void comm_release(struct plait_comm *comm)
 {
     for (int t = PLAIT_TP_COUNT - 1; t >= 0; t--)
@@ -341,6 +344,7 @@ static void comm_free(struct plait_comm *comm)
         plait_stream_destroy(comm->internal_stream);
     comm->internal_stream = NULL;
     comm_release(comm);
+    plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
     comm->magic = 0;
     free(comm);
@@ -365,6 +369,7 @@ static void graveyard_push(struct plait_comm *comm)
         struct plait_comm *g = *pp;
         if (now - g->dead_since > GRAVE_SECONDS) {
             *pp = g->grave_next;
+            plait_tuner_free(g);
             pthread_mutex_destroy(&g->async_lock);
             free(g);
         } else {
@@ -451,6 +456,9 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
         comm->set.nchannels = hi;
     comm->nchannels = comm->set.nchannels;
     comm->ncls = comm->nchannels + 1;
+    /* The tuning files before the exchange: their hashes are agreed settings. */
+    if ((status = plait_tuner_prepare(comm)))
+        return status;
 
     struct plait_bootstrap_opts opts = {
         .timeout_s = comm->set.timeout_s,
@@ -544,6 +552,10 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
             status = plait_error_context(status, "rank %d: %s transport", me, transports[t]->name);
             goto out;
         }
+
+    /* After the transports: the small-message boxes decide whether LL exists. */
+    if ((status = plait_tuner_init(comm)))
+        goto out;
 
     /* Same host, other process: watch its pid for an exit. */
     for (int p = 0; p < n; p++) {

@@ -93,6 +93,7 @@ struct plait_comm {
     uint64_t coll_seq;      /* collectives issued (every rank issues the same sequence) */
     uint64_t fast_seq;      /* collectives issued on the small-message path (fastpath.c) */
     struct plait_fast *fast;/* the small-message boxes, NULL when this communicator has none */
+    struct plait_tuner *tuner; /* per-call choices (tuner.c), NULL before init */
     int in_error;           /* a collective failed: further ones are refused */
     int finalized;
 

@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "fastpath.h"
 #include "log.h"
+#include "tuner.h"
 #include "util.h"
 
 static plait_result_t check_type(int dtype, const char *fn)
@@ -136,7 +137,9 @@ void plait_op_free_list(struct plait_op *ops)
     }
 }
 
-static void sched_args(struct plait_op *op, size_t count, int root)
+/* nchannels: the channels the call uses (tasks 0..nchannels-1, the tuner's
+ * choice); chunk_bytes: bytes per step per rank-chunk before the clamp below. */
+static void sched_args_tuned(struct plait_op *op, size_t count, int root, int nchannels, uint64_t chunk_bytes)
 {
     struct plait_comm *comm = op->comm;
     struct plait_sched_args *a = &op->args;
@@ -145,7 +148,7 @@ static void sched_args(struct plait_op *op, size_t count, int root)
     a->rank = comm->rank;
     a->root = root;
     a->count = count;
-    a->nchannels = comm->nchannels;
+    a->nchannels = nchannels >= 1 && nchannels <= comm->nchannels ? nchannels : comm->nchannels;
     a->align_elems = 16 / op->esize;
     a->radix = comm->set.tree_radix;
     a->nhosts = comm->nhosts;
@@ -157,13 +160,19 @@ static void sched_args(struct plait_op *op, size_t count, int root)
      * chunk could fill the whole FIFO, two neighbours could each hold every slot
      * of the other and wait forever. A chunk of at most half the FIFO leaves
      * credit for the next step to start (NCCL keeps the same margin). */
-    uint64_t chunk_bytes = comm->set.chunk_bytes;
+    if (chunk_bytes == 0)
+        chunk_bytes = comm->set.chunk_bytes;
     const uint64_t half_fifo = (uint64_t)(comm->set.nslots / 2) * comm->set.slot_bytes;
     if (chunk_bytes > half_fifo)
         chunk_bytes = half_fifo;
     uint64_t chunk = chunk_bytes / op->esize;
     chunk = chunk / a->align_elems * a->align_elems;
     a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
+}
+
+static void sched_args(struct plait_op *op, size_t count, int root)
+{
+    sched_args_tuned(op, count, root, op->comm->nchannels, op->comm->set.chunk_bytes);
 }
 
 /* A collective on the small-message path (fastpath.c). With a NULL stream,
@@ -218,10 +227,34 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
                               plait_stream_t stream)
 {
     const size_t esize = plait_dtype_size(dtype);
-    /* Bytes each rank sends each peer: count is per rank for these. */
-    if (plait_fast_eligible(comm, coll, count * esize))
+    /* The tuner (tuner.c): a pure function of the call and of what every rank
+     * holds alike, so every rank takes the same path and schedule. Bytes are
+     * what each rank sends each peer on the small-message path: count is per
+     * rank for allgather, reducescatter and alltoall. */
+    struct plait_tune_choice choice;
+    plait_tuner_choose(comm, coll, (uint64_t)count * esize, (int)esize, &choice);
+    /* The first call of a size bucket runs the model (milliseconds, holding
+     * the communicator busy): a plait_comm_abort from another thread may have
+     * waited for it and released the boxes and connections meanwhile. The
+     * flag was raised before the abort waited, so it shows here. */
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", name, comm->rank);
+    const int fast = choice.proto == PLAIT_MPROTO_LL &&
+                     plait_fast_eligible(comm, coll, coll == PLAIT_COLL_BARRIER ? 0 : count * esize);
+    if (fast && coll == PLAIT_COLL_BARRIER)
+        return fast_op(comm, coll, name, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, 0, stream); /* tags only */
+    if (fast)
         return fast_op(comm, coll, name, sendbuff, recvbuff, count, dtype, red, root, count * esize, stream);
-    struct plait_op *op = op_new(comm, coll, name, comm->nchannels);
+    if (choice.proto == PLAIT_MPROTO_LL || choice.algo == PLAIT_ALGO_AUTO ||
+        !plait_algorithms[choice.algo].supports(coll, comm->nranks)) {
+        /* not reached with a consistent tuner; the default rule keeps it safe */
+        choice.algo = (uint8_t)plait_algo_select(coll, (uint64_t)count * esize, comm->nranks, comm->nhosts,
+                                                 comm->set.algo)->id;
+        choice.nchannels = (uint8_t)comm->nchannels;
+        choice.chunk_bytes = 0;
+    }
+    const int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
+    struct plait_op *op = op_new(comm, coll, name, nch);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
     op->coll_seq = ++comm->coll_seq;
@@ -233,10 +266,8 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
         op->red = *red;
     else
         plait_red_init(&op->red, dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
-    sched_args(op, count, root);
-    const uint64_t bytes = (uint64_t)count * op->esize;
-    const struct plait_algorithm *algo =
-        plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo);
+    sched_args_tuned(op, count, root, nch, choice.chunk_bytes);
+    const struct plait_algorithm *algo = &plait_algorithms[choice.algo];
     if (algo->scratch) {
         const uint64_t elems = algo->scratch(&op->args);
         size_t sb;
@@ -247,7 +278,7 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
         }
         op->scratch_bytes = sb; /* acquired when it runs (plait_exec_run) */
     }
-    for (int c = 0; c < comm->nchannels; c++) {
+    for (int c = 0; c < nch; c++) {
         struct plait_task *t = &op->tasks[op->ntasks++];
         t->op = op;
         t->cls = c;
@@ -359,8 +390,6 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
     /* One byte that every rank's completion depends on, from every rank:
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
-    if (plait_fast_eligible(comm, PLAIT_COLL_BARRIER, 0))
-        return fast_op(comm, PLAIT_COLL_BARRIER, fn, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, 0, stream);
     return sched_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
                    stream);
 }

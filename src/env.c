@@ -16,7 +16,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_DEBUG", "NCCL_DEBUG", "", "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error)."},
     {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV,GRAPH",
      "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
-     "STREAM, ENV, GRAPH (topology), ALL; a leading ^ excludes."},
+     "STREAM, ENV, GRAPH (topology), TUNING (the tuner's choice for every call: algorithm, protocol, channels, "
+     "chunk, predicted time and why), ALL; a leading ^ excludes."},
     {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
@@ -47,16 +48,28 @@ const struct plait_env_var plait_env_table[] = {
      "CollnetDirect, ...) only WARN. Algorithms: ring; tree (broadcast, reduce: k-nomial; allreduce: double binary "
      "tree); recursive (allreduce, allgather, reducescatter); bruck (allgather, alltoall); pat (allgather, "
      "reducescatter); hier (allreduce, allgather, reducescatter: two levels by host); oneshot, twoshot (allreduce, up to "
-     "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). Unset: plait chooses by a "
-     "documented rule (docs/algorithms.md, \"Selection\")."},
+     "32 ranks); pairwise (alltoall); linear (gather, scatter); dissemination (barrier). A forced algorithm runs on "
+     "every channel with PLAIT_CHUNK_SIZE. Unset: the tuner chooses by the cost model (docs/algorithms.md, "
+     "\"Selection\"), or by PLAIT_TUNE_FILE's rules."},
     {"PLAIT_PROTO", "NCCL_PROTO", "auto",
      "auto: collectives of at most 4 KiB per rank pair (allreduce, reducescatter, allgather, alltoall, barrier; "
      "broadcast and reduce when the host has a core per rank) "
-     "between 2..8 ranks of one host take the small-message path (plait's LL: data and flag pushed into each "
-     "peer's cache line, docs/performance.md), everything else the FIFO path (NCCL's Simple); Simple: the FIFO path "
-     "only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "
+     "between 2..8 ranks of one host may take the small-message path (plait's LL: data and flag pushed into each "
+     "peer's cache line, docs/performance.md) where the tuner's model predicts it faster than the FIFO path "
+     "(NCCL's Simple), which carries everything else; Simple: the FIFO path only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "
      "\"^LL,LL128\") means Simple; \"LL,Simple\" (and \"^LL128\") means auto; what plait cannot do (LL128, LL for every "
      "size, a per-collective form) gives one WARN and means auto."},
+    {"PLAIT_TUNE_FILE", NULL, "",
+     "Tuning rules that override the cost model: lines \"collective size-range algorithm [protocol]\" (\"allreduce "
+     "0-4K oneshot\", \"allgather 1M-inf ring simple\", \"broadcast * tree\"; sizes in bytes per rank as "
+     "plait_algo_select counts them, K/M/G suffixes, lo <= bytes < hi; protocol simple or ll), # comments; the "
+     "first matching line wins, a call no line matches is the model's. A file that cannot be read or is malformed "
+     "fails init with the file, line and reason; every rank must load the same rules (init compares them). "
+     "PLAIT_ALGO wins over it. NCCL has no equivalent (NCCL_TUNER_PLUGIN loads code, not rules)."},
+    {"PLAIT_TUNE_CONSTANTS", NULL, "",
+     "The cost model's constants (\"key = value\" lines as plait-tune --calibrate writes them: alpha.shm, "
+     "gamma.cpu, handoff, ...); keys not in the file keep their defaults (docs/tuning.md). A malformed file fails "
+     "init with the file, line and reason; every rank must load the same values (init compares them)."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "",
      "Upper bound on channels (CTAs on a GPU), like the config's max_ctas: 0..64 as NCCL accepts; plait runs at most "
@@ -364,6 +377,16 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
     if (a->proto != b->proto) {
         snprintf(buf, len, "%s vs %s", a->proto ? "Simple" : "auto", b->proto ? "Simple" : "auto");
         return "PLAIT_PROTO (or NCCL_PROTO)";
+    }
+    if (a->tune_file_hash != b->tune_file_hash) {
+        snprintf(buf, len, "rules hash %016llx vs %016llx", (unsigned long long)a->tune_file_hash,
+                 (unsigned long long)b->tune_file_hash);
+        return "PLAIT_TUNE_FILE";
+    }
+    if (a->tune_consts_hash != b->tune_consts_hash) {
+        snprintf(buf, len, "constants hash %016llx vs %016llx", (unsigned long long)a->tune_consts_hash,
+                 (unsigned long long)b->tune_consts_hash);
+        return "PLAIT_TUNE_CONSTANTS";
     }
     if (a->cma != b->cma) {
         /* b comes from another rank's card: index only with checked values */

@@ -55,6 +55,8 @@ struct plait_settings {
     int cma;                /* (agreed) enum plait_cma_setting (PLAIT_CMA) */
     uint64_t cma_min_bytes; /* smallest step published as a descriptor to another process (UINT64_MAX: none) */
     uint64_t cma_local_min_bytes; /* ... to a thread of this process (both from PLAIT_CMA_MIN_BYTES) */
+    uint64_t tune_file_hash;    /* (agreed) the PLAIT_TUNE_FILE rules' hash, 0 = none (set by plait_tuner_prepare) */
+    uint64_t tune_consts_hash;  /* (agreed) the model constants' hash (defaults or PLAIT_TUNE_CONSTANTS) */
 };
 
 /* Reads the environment. Returns PLAIT_ERR_INVALID_ARGUMENT naming the variable

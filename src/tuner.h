@@ -17,6 +17,7 @@ enum plait_tune_source {
     PLAIT_TUNE_SRC_MODEL = 0, /* lowest modelled time */
     PLAIT_TUNE_SRC_FORCED,    /* PLAIT_ALGO / NCCL_ALGO (and PLAIT_PROTO) */
     PLAIT_TUNE_SRC_FILE,      /* a PLAIT_TUNE_FILE rule */
+    PLAIT_TUNE_SRC_DEFAULT,   /* the default rule (plait_algo_select): no model for this call */
     PLAIT_TUNE_SRC_COUNT
 };
 
@@ -99,11 +100,23 @@ struct plait_topo;
 plait_result_t plait_tune_machine_local(struct plait_model_machine *m, int nranks, int link, const struct plait_topo *topo,
                                         const struct plait_model_consts *k);
 
+/* "model", "forced", "file", "default rule". */
+const char *plait_tune_source_name(int source);
+
 struct plait_comm;
+/* At init, before the settings are exchanged: allocates comm->tuner, loads
+ * PLAIT_TUNE_CONSTANTS and PLAIT_TUNE_FILE and puts their hashes in comm->set
+ * (agreed settings: tune_consts_hash, tune_file_hash), so that ranks with
+ * different files fail init naming the variable. A file that cannot be read
+ * or is malformed: its error, "PLAIT_TUNE_FILE=path:LINE: what" (or
+ * PLAIT_TUNE_CONSTANTS=...). comm->tuner is freed by plait_tuner_free either
+ * way. */
+plait_result_t plait_tuner_prepare(struct plait_comm *comm);
+
 /* At init, once settings are agreed and transports are connected: builds the
  * communicator's machine from what every rank knows alike (node map,
- * transports, cores), loads PLAIT_TUNE_CONSTANTS and PLAIT_TUNE_FILE
- * (malformed: init fails naming the line). */
+ * transports, cores, the small-message boxes) with the constants and rules
+ * plait_tuner_prepare loaded (it runs it first when it has not run). */
 plait_result_t plait_tuner_init(struct plait_comm *comm);
 void plait_tuner_free(struct plait_comm *comm);
 

@@ -1,0 +1,989 @@
+/* The tuner (tuner.h): per call, the algorithm, protocol, channel count and
+ * chunk size with the lowest modelled time (algorithms/model.h), cached per
+ * (collective, size bucket); PLAIT_ALGO / PLAIT_PROTO and a tuning file
+ * (PLAIT_TUNE_FILE) override.
+ *
+ * Every rank must run the same schedule for a call, and ranks do not talk per
+ * call: so every input of a decision is something every rank holds alike (the
+ * node map, the transports between ranks as computed from the init cards, the
+ * host's cores when every rank sees the same graph, the agreed settings, the
+ * constants and rules whose hashes init compares), the model is a pure
+ * function of them, and the cache is filled from the bucket's representative
+ * size (never from the call that happened to come first), so a decision does
+ * not depend on the history of calls either. */
+#define _GNU_SOURCE
+#include "tuner.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm.h"
+#include "fastpath.h"
+#include "log.h"
+#include "../topology/topo.h"
+#include "../transports/transport.h"
+
+/* ------------------------------------------------------------ size buckets */
+
+int plait_tune_bucket(uint64_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    const int e = 63 - __builtin_clzll(bytes);
+    const int q = e >= 2 ? (int)((bytes >> (e - 2)) & 3) : (int)((bytes << (2 - e)) & 3);
+    return 1 + 4 * e + q;
+}
+
+/* The smallest size of a bucket: what the cache models the bucket at. The
+ * smallest, not a middle, so that the small-message protocol's limit (a power
+ * of two, the first size of its bucket) is decided the same for every size the
+ * protocol can take; sizes above the limit in that bucket use the entry's
+ * schedule instead (see choose_cached). */
+static uint64_t bucket_lo(int b)
+{
+    if (b <= 0)
+        return 0;
+    const int e = (b - 1) / 4, q = (b - 1) % 4;
+    if (e >= 2)
+        return (uint64_t)(4 + q) << (e - 2);
+    return (uint64_t)(4 + q) >> (2 - e);
+}
+
+/* ------------------------------------------------------------ candidates */
+
+/* The chunk sizes searched: slot, 2 slots, 4 slots, ... up to max_chunk_bytes,
+ * and max_chunk_bytes itself (the executor's default), largest first so that
+ * a tie keeps the larger chunk. Returns how many. */
+#define MAX_CHUNKS 24
+static int chunk_list(const struct plait_tune_space *sp, uint64_t out[MAX_CHUNKS])
+{
+    int n = 0;
+    const uint64_t max = sp->max_chunk_bytes;
+    out[n++] = max;
+    if (sp->slot_bytes > 0)
+        for (int i = 20; i >= 0; i--) {
+            const uint64_t c = sp->slot_bytes << i;
+            if (c < max && n < MAX_CHUNKS)
+                out[n++] = c;
+        }
+    return n;
+}
+
+/* Channel counts searched: 1, 2, 4, ... and max_channels itself. */
+#define MAX_CHANS 16
+static int chan_list(const struct plait_tune_space *sp, int out[MAX_CHANS])
+{
+    int n = 0;
+    for (int c = 1; c < sp->max_channels && n < MAX_CHANS - 1; c *= 2)
+        out[n++] = c;
+    out[n++] = sp->max_channels > 0 ? sp->max_channels : 1;
+    return n;
+}
+
+/* How many model runs one algorithm may cost: a full grid when it fits, else
+ * channels at the largest chunk, then chunks at the best channel count. */
+#define MAX_RUNS_GRID 12
+
+struct eval {
+    double t;
+    int ch;
+    uint64_t chunk;
+    struct plait_model_result res;
+    int ok;
+};
+
+/* One model run; keeps it in *best when strictly faster (the order of the
+ * calls decides ties). Returns PLAIT_SUCCESS, or the model's error when it is
+ * not "does not apply" (which only skips the point). */
+static plait_result_t eval_point(const struct plait_model_machine *m, struct plait_model_call *c, int ch,
+                                 uint64_t chunk, struct eval *best, int *applies)
+{
+    c->nchannels = ch;
+    c->chunk_bytes = chunk;
+    struct plait_model_result r;
+    plait_result_t s = plait_model_time(m, c, PLAIT_MODEL_AUTO, &r);
+    if (s == PLAIT_ERR_INVALID_ARGUMENT) {
+        *applies = 0;
+        return PLAIT_SUCCESS;
+    }
+    if (s)
+        return s;
+    *applies = 1;
+    if (!best->ok || r.time_s < best->t) {
+        best->ok = 1;
+        best->t = r.time_s;
+        best->ch = ch;
+        best->chunk = chunk;
+        best->res = r;
+    }
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t search_algo(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                                  uint64_t count, int esize, int algo, struct eval *best)
+{
+    struct plait_model_call c;
+    plait_model_call_init(&c, coll, count, esize, algo, PLAIT_MPROTO_SIMPLE);
+    c.root = 0;
+    c.slot_bytes = sp->slot_bytes;
+    c.nslots = sp->nslots;
+    c.radix = sp->radix;
+    uint64_t chunks[MAX_CHUNKS];
+    int chans[MAX_CHANS];
+    const int nk = chunk_list(sp, chunks), nc = chan_list(sp, chans);
+    memset(best, 0, sizeof(*best));
+    plait_result_t s;
+    int applies = 1;
+    if (nk * nc <= MAX_RUNS_GRID) {
+        for (int i = 0; i < nc; i++)
+            for (int j = 0; j < nk; j++) {
+                if ((s = eval_point(m, &c, chans[i], chunks[j], best, &applies)))
+                    return s;
+                if (!applies)
+                    return PLAIT_SUCCESS; /* the algorithm does not apply: no point in trying others */
+            }
+        return PLAIT_SUCCESS;
+    }
+    for (int i = 0; i < nc; i++) {
+        if ((s = eval_point(m, &c, chans[i], chunks[0], best, &applies)))
+            return s;
+        if (!applies)
+            return PLAIT_SUCCESS;
+    }
+    const int ch = best->ch;
+    for (int j = 1; j < nk && best->ok; j++)
+        if ((s = eval_point(m, &c, ch, chunks[j], best, &applies)))
+            return s;
+    return PLAIT_SUCCESS;
+}
+
+/* The small-message protocol's candidate: one exchange, no schedule. The
+ * model takes it with any algorithm id (it does not replay a schedule), and
+ * the ring is the one that every modelled collective has a generator for;
+ * alltoall has none in the ring, so the pairwise exchange stands in. */
+static plait_result_t eval_ll(const struct plait_model_machine *m, int coll, uint64_t count, int esize,
+                              struct eval *best)
+{
+    memset(best, 0, sizeof(*best));
+    static const int stand_in[] = {PLAIT_ALGO_RING, PLAIT_ALGO_PAIRWISE, PLAIT_ALGO_BRUCK, PLAIT_ALGO_LINEAR,
+                                   PLAIT_ALGO_DISSEMINATION};
+    for (size_t i = 0; i < sizeof(stand_in) / sizeof(stand_in[0]); i++) {
+        if (!plait_algorithms[stand_in[i]].supports(coll, m->nranks))
+            continue;
+        struct plait_model_call c;
+        plait_model_call_init(&c, coll, count, esize, stand_in[i], PLAIT_MPROTO_LL);
+        c.nchannels = 1;
+        struct plait_model_result r;
+        plait_result_t s = plait_model_time(m, &c, PLAIT_MODEL_AUTO, &r);
+        if (s == PLAIT_ERR_INVALID_ARGUMENT)
+            return PLAIT_SUCCESS;
+        if (s)
+            return s;
+        best->ok = 1;
+        best->t = r.time_s;
+        best->ch = 1;
+        best->chunk = 0;
+        best->res = r;
+        return PLAIT_SUCCESS;
+    }
+    return PLAIT_SUCCESS;
+}
+
+/* Whether the small-message protocol can carry a call of `bytes` per rank
+ * pair (what fastpath.c counts: count x element size for every collective). */
+static int ll_fits(const struct plait_model_machine *m, int coll, uint64_t bytes)
+{
+    if (!m->ll_ok)
+        return 0;
+    if (coll == PLAIT_COLL_BARRIER)
+        return 1;
+    return bytes > 0 && bytes <= m->ll_max_bytes;
+}
+
+static int ll_coll(int coll)
+{
+    return coll == PLAIT_COLL_ALLREDUCE || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_ALLGATHER ||
+           coll == PLAIT_COLL_ALLTOALL || coll == PLAIT_COLL_BROADCAST || coll == PLAIT_COLL_REDUCE ||
+           coll == PLAIT_COLL_BARRIER;
+}
+
+static void fill_candidate(struct plait_tune_candidate *o, int algo, int proto, const struct eval *e)
+{
+    memset(o, 0, sizeof(*o));
+    o->choice.algo = (uint8_t)algo;
+    o->choice.proto = (uint8_t)proto;
+    o->choice.nchannels = (uint8_t)(e->ch > 255 ? 255 : e->ch);
+    o->choice.source = PLAIT_TUNE_SRC_MODEL;
+    o->choice.chunk_bytes = (uint32_t)(e->chunk > UINT32_MAX ? UINT32_MAX : e->chunk);
+    o->choice.predicted_s = e->t;
+    o->result = e->res;
+}
+
+/* The candidates of one call, restricted to `only` (an algorithm id) when it
+ * is not PLAIT_ALGO_AUTO and allowing LL only when allow_ll. */
+static plait_result_t candidates(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                                 uint64_t bytes, int esize, int only, int allow_ll, struct plait_tune_candidate *out,
+                                 int max, int *n, int *best)
+{
+    *n = 0;
+    *best = -1;
+    if (!m || !sp || esize <= 0 || coll < 0 || coll >= PLAIT_COLL_COUNT || max < 0 || (max > 0 && !out))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_candidates: invalid arguments");
+    const uint64_t count = bytes / (uint64_t)esize;
+    plait_result_t s;
+    struct eval e;
+    if (allow_ll && only == PLAIT_ALGO_AUTO && ll_coll(coll) && ll_fits(m, coll, bytes)) {
+        if ((s = eval_ll(m, coll, count, esize, &e)))
+            return s;
+        if (e.ok && *n < max)
+            fill_candidate(&out[(*n)++], PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, &e);
+    }
+    for (int a = 1; a < PLAIT_ALGO_COUNT && *n < max; a++) {
+        if (!sp->allowed[a] || (only != PLAIT_ALGO_AUTO && a != only) ||
+            !plait_algorithms[a].supports(coll, m->nranks))
+            continue;
+        if ((s = search_algo(m, sp, coll, count, esize, a, &e)))
+            return s;
+        if (e.ok)
+            fill_candidate(&out[(*n)++], a, PLAIT_MPROTO_SIMPLE, &e);
+    }
+    /* Strictly lower wins: candidates are in algorithm order (LL, whose id
+     * is AUTO = 0, first), each already the fewest channels and the largest
+     * chunk among its own ties. */
+    for (int i = 0; i < *n; i++)
+        if (*best < 0 || out[i].choice.predicted_s < out[*best].choice.predicted_s)
+            *best = i;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_tune_candidates(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                                     uint64_t bytes, int esize, struct plait_tune_candidate *out, int max, int *n,
+                                     int *best)
+{
+    int n_local = 0, best_local = -1;
+    plait_result_t s = candidates(m, sp, coll, bytes, esize, PLAIT_ALGO_AUTO, 1, out, max, &n_local, &best_local);
+    if (n)
+        *n = n_local;
+    if (best)
+        *best = best_local;
+    return s;
+}
+
+/* ------------------------------------------------------------ tuning files */
+
+#define RULE_LINE_MAX 1024
+#define RULES_FILE_MAX (1 << 20)
+
+static int find_coll_name(const char *s, size_t len)
+{
+    for (int c = 0; c < PLAIT_COLL_COUNT; c++) {
+        const char *name = plait_coll_name(c);
+        if (plait_coll_is_scheduled(c) && strlen(name) == len && strncasecmp(name, s, len) == 0)
+            return c;
+    }
+    return -1;
+}
+
+static int find_algo_name(const char *s, size_t len)
+{
+    for (int a = 1; a < PLAIT_ALGO_COUNT; a++) {
+        const char *name = plait_algorithms[a].name;
+        if (strlen(name) == len && strncasecmp(name, s, len) == 0)
+            return a;
+    }
+    return -1;
+}
+
+/* A size: digits with an optional K, M or G (powers of 1024, either case),
+ * or "inf" (no bound) when allow_inf. Returns 0 when well formed. */
+static int parse_size(const char *s, size_t len, int allow_inf, uint64_t *out)
+{
+    if (allow_inf && len == 3 && strncasecmp(s, "inf", 3) == 0) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    if (len == 0 || s[0] < '0' || s[0] > '9')
+        return -1;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    int shift = 0;
+    if (i < len) {
+        switch (s[i]) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        default: return -1;
+        }
+        i++;
+    }
+    if (i != len)
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t rules_hash(const struct plait_tune_rule *r, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        const int64_t f[5] = {r[i].coll, (int64_t)r[i].lo, (int64_t)r[i].hi, r[i].algo, r[i].proto};
+        h = fnv1a(h, f, sizeof(f));
+    }
+    return h ? h : 1; /* 0 means "no file" in the agreed settings */
+}
+
+/* One line (comment already cut): 0 and *rule filled, 1 blank, or -1 with
+ * the problem in what. */
+static int parse_rule_line(char *line, struct plait_tune_rule *rule, char *what, size_t wlen)
+{
+    const char *tok[5];
+    size_t tlen[5];
+    int nt = 0;
+    for (char *p = line; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\v' || *p == '\f')
+            p++;
+        if (!*p)
+            break;
+        char *start = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\v' && *p != '\f')
+            p++;
+        if (nt == 4) {
+            snprintf(what, wlen, "trailing \"%.*s\" after the protocol (a rule is: collective size-range algorithm "
+                                 "[protocol])", (int)(p - start) > 64 ? 64 : (int)(p - start), start);
+            return -1;
+        }
+        tok[nt] = start;
+        tlen[nt] = (size_t)(p - start);
+        nt++;
+    }
+    if (nt == 0)
+        return 1;
+    if (nt < 3) {
+        snprintf(what, wlen, "missing %s (a rule is: collective size-range algorithm [protocol])",
+                 nt == 1 ? "the size range and the algorithm" : "the algorithm");
+        return -1;
+    }
+    memset(rule, 0, sizeof(*rule));
+    rule->coll = find_coll_name(tok[0], tlen[0]);
+    if (rule->coll < 0) {
+        snprintf(what, wlen, "unknown collective \"%.*s\" (allreduce, broadcast, reduce, allgather, reducescatter, "
+                             "alltoall, gather, scatter, barrier)", (int)(tlen[0] > 64 ? 64 : tlen[0]), tok[0]);
+        return -1;
+    }
+    if (tlen[1] == 1 && tok[1][0] == '*') {
+        rule->lo = 0;
+        rule->hi = UINT64_MAX;
+    } else {
+        const char *dash = memchr(tok[1], '-', tlen[1]);
+        if (!dash || parse_size(tok[1], (size_t)(dash - tok[1]), 0, &rule->lo) ||
+            parse_size(dash + 1, tlen[1] - (size_t)(dash - tok[1]) - 1, 1, &rule->hi)) {
+            snprintf(what, wlen, "bad size range \"%.*s\" (LO-HI in bytes with K, M, G suffixes, HI may be inf; or *)",
+                     (int)(tlen[1] > 64 ? 64 : tlen[1]), tok[1]);
+            return -1;
+        }
+        if (rule->lo >= rule->hi) {
+            snprintf(what, wlen, "empty size range \"%.*s\" (LO must be below HI)", (int)(tlen[1] > 64 ? 64 : tlen[1]),
+                     tok[1]);
+            return -1;
+        }
+    }
+    rule->algo = find_algo_name(tok[2], tlen[2]);
+    if (rule->algo < 0) {
+        char valid[256];
+        size_t o = 0;
+        valid[0] = '\0';
+        for (int a = 1; a < PLAIT_ALGO_COUNT && o < sizeof(valid); a++)
+            o += (size_t)snprintf(valid + o, sizeof(valid) - o, "%s%s", a > 1 ? ", " : "", plait_algorithms[a].name);
+        snprintf(what, wlen, "unknown algorithm \"%.*s\" (%s)", (int)(tlen[2] > 64 ? 64 : tlen[2]), tok[2], valid);
+        return -1;
+    }
+    if (!plait_algorithms[rule->algo].supports(rule->coll, 0)) {
+        snprintf(what, wlen, "%s does not implement %s", plait_algorithms[rule->algo].name,
+                 plait_coll_name(rule->coll));
+        return -1;
+    }
+    rule->proto = -1;
+    if (nt == 4) {
+        if (tlen[3] == 6 && strncasecmp(tok[3], "simple", 6) == 0)
+            rule->proto = PLAIT_MPROTO_SIMPLE;
+        else if (tlen[3] == 2 && strncasecmp(tok[3], "ll", 2) == 0)
+            rule->proto = PLAIT_MPROTO_LL;
+        else {
+            snprintf(what, wlen, "unknown protocol \"%.*s\" (simple, ll)", (int)(tlen[3] > 64 ? 64 : tlen[3]), tok[3]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+plait_result_t plait_tune_rules_parse(const char *text, size_t len, const char *name, struct plait_tune_rules *out)
+{
+    if (!out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_rules_parse: out is NULL");
+    memset(out, 0, sizeof(*out));
+    if (!name)
+        name = "(tuning rules)";
+    if (!text && len > 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: no text", name);
+    struct plait_tune_rule *rules = NULL;
+    int n = 0, cap = 0, lineno = 0;
+    char line[RULE_LINE_MAX + 1];
+    char what[512];
+    size_t pos = 0;
+    while (pos < len) {
+        lineno++;
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        const size_t llen = nl ? (size_t)(nl - start) : len - pos;
+        pos += llen + (nl ? 1 : 0);
+        if (llen > RULE_LINE_MAX) {
+            free(rules);
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s:%d: line longer than %d characters", name, lineno,
+                               RULE_LINE_MAX);
+        }
+        if (memchr(start, '\0', llen)) {
+            free(rules);
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s:%d: NUL byte in the line", name, lineno);
+        }
+        memcpy(line, start, llen);
+        line[llen] = '\0';
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        struct plait_tune_rule rule;
+        const int r = parse_rule_line(line, &rule, what, sizeof(what));
+        if (r > 0)
+            continue;
+        if (r < 0) {
+            free(rules);
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s:%d: %s", name, lineno, what);
+        }
+        if (n == cap) {
+            const int ncap = cap ? cap * 2 : 16;
+            struct plait_tune_rule *nr = realloc(rules, sizeof(*nr) * (size_t)ncap);
+            if (!nr) {
+                free(rules);
+                return plait_error(PLAIT_ERR_SYSTEM, "%s:%d: out of memory", name, lineno);
+            }
+            rules = nr;
+            cap = ncap;
+        }
+        rule.line = lineno;
+        rules[n++] = rule;
+    }
+    if (n == 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s:%d: no rule (the file is empty or only comments)", name,
+                           lineno > 0 ? lineno : 1);
+    out->rules = rules;
+    out->n = n;
+    out->hash = rules_hash(rules, n);
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_tune_rules_load(const char *path, struct plait_tune_rules *out)
+{
+    if (!out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_rules_load: out is NULL");
+    memset(out, 0, sizeof(*out));
+    if (!path)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_rules_load: path is NULL");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(RULES_FILE_MAX + 1);
+    if (!buf) {
+        fclose(f);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", path);
+    }
+    const size_t got = fread(buf, 1, RULES_FILE_MAX + 1, f);
+    const int rerr = ferror(f);
+    const int saved = errno;
+    fclose(f);
+    plait_result_t s;
+    if (rerr)
+        s = plait_error(PLAIT_ERR_SYSTEM, "%s: cannot read: %s", path, strerror(saved));
+    else if (got > RULES_FILE_MAX)
+        s = plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: larger than %d bytes", path, RULES_FILE_MAX);
+    else
+        s = plait_tune_rules_parse(buf, got, path, out);
+    free(buf);
+    return s;
+}
+
+void plait_tune_rules_free(struct plait_tune_rules *r)
+{
+    if (!r)
+        return;
+    free(r->rules);
+    memset(r, 0, sizeof(*r));
+}
+
+const struct plait_tune_rule *plait_tune_rules_match(const struct plait_tune_rules *r, int coll, uint64_t bytes,
+                                                     int nranks)
+{
+    if (!r)
+        return NULL;
+    for (int i = 0; i < r->n; i++) {
+        const struct plait_tune_rule *x = &r->rules[i];
+        if (x->coll == coll && bytes >= x->lo && bytes < x->hi && x->algo > 0 && x->algo < PLAIT_ALGO_COUNT &&
+            plait_algorithms[x->algo].supports(coll, nranks))
+            return x;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------ machines */
+
+/* The cores a host's graph has, 0 when unknown (no graph, or a CPU node
+ * without a core count): the count fastpath.c's fits_cores uses. */
+static int topo_cores(const struct plait_topo *topo)
+{
+    if (!topo)
+        return 0;
+    int cores = 0;
+    for (int i = 0; i < topo->nnodes; i++) {
+        const struct plait_topo_node *node = &topo->nodes[i];
+        if (node->type != PLAIT_TOPO_CPU)
+            continue;
+        if (node->cpu.ncores <= 0)
+            return 0;
+        cores += node->cpu.ncores;
+    }
+    return cores;
+}
+
+plait_result_t plait_tune_machine_local(struct plait_model_machine *m, int nranks, int link, const struct plait_topo *topo,
+                                        const struct plait_model_consts *k)
+{
+    if (!m || nranks < 1 || (link != PLAIT_MLINK_SHM && link != PLAIT_MLINK_INPROC && link != PLAIT_MLINK_SOCKET))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "plait_tune_machine_local: %d ranks over link %d (inproc, shm or socket)", nranks, link);
+    plait_result_t s = plait_model_machine_uniform(m, nranks, 1, PLAIT_MENGINE_CPU, link, PLAIT_MLINK_SOCKET, k);
+    if (s)
+        return s;
+    m->cores_per_host = topo_cores(topo);
+    /* fastpath.c: boxes when every pair shares one memory transport and
+     * 2..PLAIT_FAST_MAX_RANKS ranks */
+    m->ll_ok = nranks >= 2 && nranks <= PLAIT_FAST_MAX_RANKS && link != PLAIT_MLINK_SOCKET;
+    m->ll_max_bytes = PLAIT_FAST_MAX_BYTES;
+    return PLAIT_SUCCESS;
+}
+
+static int link_of_transport(int tp)
+{
+    switch (tp) {
+    case PLAIT_TP_INPROC: return PLAIT_MLINK_INPROC;
+    case PLAIT_TP_SHM: return PLAIT_MLINK_SHM;
+    default: return PLAIT_MLINK_SOCKET;
+    }
+}
+
+/* The slowest link between two ranks of one host (socket over shm over
+ * inproc), from the cards every rank holds (plait_pair_transport is
+ * symmetric and computed from them), so every rank finds the same. */
+static int intra_link(const struct plait_comm *comm)
+{
+    int worst = PLAIT_TP_INPROC, any = 0;
+    for (int a = 0; a < comm->nranks; a++)
+        for (int b = a + 1; b < comm->nranks; b++) {
+            if (comm->host_of[a] != comm->host_of[b])
+                continue;
+            const int tp = plait_pair_transport(comm, a, b);
+            any = 1;
+            if (tp == PLAIT_TP_SOCKET)
+                return PLAIT_MLINK_SOCKET;
+            if (tp == PLAIT_TP_SHM)
+                worst = PLAIT_TP_SHM;
+        }
+    if (!any) /* one rank per host: no intra-host traffic; the kind of this process */
+        return comm->set.transport_force == PLAIT_FORCE_SOCKET ? PLAIT_MLINK_SOCKET : PLAIT_MLINK_SHM;
+    return link_of_transport(worst);
+}
+
+/* ------------------------------------------------------------ the communicator's tuner */
+
+/* A cache entry, 64 bits so that one atomic load or store reads or publishes
+ * it whole (two threads filling the same entry compute the same bits):
+ *   bit 0      valid
+ *   bit 1      LL is the best (for calls of the bucket that LL can carry)
+ *   bit 2      the default rule (the model did not apply)
+ *   bits 3-7   algorithm of the best schedule
+ *   bits 8-15  its channels
+ *   bits 16-21 its chunk: slot_bytes << n, 63 = max_chunk_bytes
+ *   bits 32-63 the schedule's predicted time (float) */
+#define E_VALID 1ull
+#define E_LL 2ull
+#define E_DEFAULT 4ull
+#define E_CHUNK_MAX 63u
+
+struct plait_tuner {
+    struct plait_model_machine m;
+    int has_machine;
+    struct plait_tune_space sp;
+    struct plait_tune_rules rules;
+    char rules_path[512];
+    char consts_path[512];
+    struct plait_model_consts k;
+    uint8_t ll_for[PLAIT_COLL_COUNT]; /* the small-message path exists for this collective */
+    uint64_t cache[PLAIT_COLL_COUNT][PLAIT_TUNE_BUCKETS];      /* the model's best */
+    uint64_t rule_cache[PLAIT_COLL_COUNT][PLAIT_TUNE_BUCKETS]; /* the best of one algorithm (file rules) */
+};
+
+/* "path:LINE: what" becomes "VAR=path:LINE: what" (the message is copied
+ * first: plait_error writes the buffer it would read). */
+static plait_result_t rewrap(plait_result_t s, const char *var)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", plait_last_error_get());
+    return plait_error(s, "%s=%s", var, msg);
+}
+
+plait_result_t plait_tuner_prepare(struct plait_comm *comm)
+{
+    struct plait_tuner *t = calloc(1, sizeof(*t));
+    if (!t)
+        return plait_error(PLAIT_ERR_SYSTEM, "init: out of memory for the tuner");
+    comm->tuner = t;
+    plait_model_consts_default(&t->k);
+    const char *cpath = plait_env_get("PLAIT_TUNE_CONSTANTS");
+    plait_result_t s;
+    if (cpath && *cpath) {
+        snprintf(t->consts_path, sizeof(t->consts_path), "%s", cpath);
+        if ((s = plait_model_consts_load(cpath, &t->k)))
+            return rewrap(s, "PLAIT_TUNE_CONSTANTS");
+    }
+    comm->set.tune_consts_hash = plait_model_consts_hash(&t->k);
+    const char *rpath = plait_env_get("PLAIT_TUNE_FILE");
+    if (rpath && *rpath) {
+        snprintf(t->rules_path, sizeof(t->rules_path), "%s", rpath);
+        if ((s = plait_tune_rules_load(rpath, &t->rules)))
+            return rewrap(s, "PLAIT_TUNE_FILE");
+        comm->set.tune_file_hash = t->rules.hash;
+    }
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_tuner_init(struct plait_comm *comm)
+{
+    struct plait_tuner *t = comm->tuner;
+    if (!t) {
+        plait_result_t s = plait_tuner_prepare(comm);
+        if (s)
+            return s;
+        t = comm->tuner;
+    }
+    const int n = comm->nranks;
+    /* Cores every rank counts alike: the graph's, when every rank saw the
+     * same graph (as fastpath.c decides broadcast and reduce). */
+    int same_graph = comm->topo != NULL;
+    for (int r = 0; r < n && same_graph; r++)
+        same_graph = comm->ranks[r].topo_hash == comm->ranks[0].topo_hash;
+    const int cores = same_graph ? topo_cores(comm->topo) : 0;
+
+    struct plait_model_machine *m = &t->m;
+    /* Hosts of equal rank counts: the uniform machine's shape, then the node
+     * map itself (hosts need not hold consecutive ranks). */
+    const int shape_hosts = comm->nhosts >= 1 && n % comm->nhosts == 0 ? comm->nhosts : 1;
+    plait_result_t s = plait_model_machine_uniform(m, n, shape_hosts, PLAIT_MENGINE_CPU, intra_link(comm),
+                                                   PLAIT_MLINK_SOCKET, &t->k);
+    if (s) {
+        /* Without a machine the default rule decides: the call paths never fail
+         * for want of a model. */
+        PLAIT_WARN(PLAIT_SUBSYS_TUNING, "rank %d: no model machine (%s): the default rule chooses", comm->rank,
+                   plait_last_error_get());
+    } else {
+        t->has_machine = 1;
+        m->nhosts = comm->nhosts;
+        memcpy(m->host_of, comm->host_of, sizeof(int32_t) * (size_t)n);
+        memcpy(m->local_of, comm->host_of + n, sizeof(int32_t) * (size_t)n);
+        m->inter_link = PLAIT_MLINK_SOCKET;
+        m->nics_per_host = 1;
+        m->cores_per_host = cores;
+        m->ll_ok = comm->fast != NULL && comm->set.proto != PLAIT_PROTO_SIMPLE;
+        m->ll_max_bytes = PLAIT_FAST_MAX_BYTES;
+        if (comm->ring_order && comm->ring_pos) {
+            const size_t sz = sizeof(int32_t) * (size_t)comm->nchannels * (size_t)n;
+            int32_t *order = malloc(sz), *pos = malloc(sz);
+            if (order && pos) {
+                memcpy(order, comm->ring_order, sz);
+                memcpy(pos, comm->ring_pos, sz);
+                m->order = order;
+                m->pos = pos;
+                m->norder = comm->nchannels;
+            } else {
+                free(order);
+                free(pos);
+            }
+        }
+    }
+    for (int c = 0; c < PLAIT_COLL_COUNT; c++)
+        t->ll_for[c] = comm->fast && ll_coll(c) && plait_fast_eligible(comm, c, c == PLAIT_COLL_BARRIER ? 0 : 1);
+
+    struct plait_tune_space *sp = &t->sp;
+    memset(sp, 0, sizeof(*sp));
+    /* Every algorithm: channels connect every pair of ranks (the default
+     * rule's pairwise alltoall and linear gather/scatter are all-pairs, see
+     * plait_algo_connects), so whatever the tuner picks has its peers. */
+    for (int a = 1; a < PLAIT_ALGO_COUNT; a++)
+        sp->allowed[a] = n < 2 || plait_algo_connects(n, comm->set.tree_radix, comm->set.algo, 0, n - 1);
+    sp->max_channels = comm->nchannels;
+    sp->slot_bytes = comm->set.slot_bytes;
+    sp->nslots = comm->set.nslots;
+    const uint64_t half = (uint64_t)(comm->set.nslots / 2) * comm->set.slot_bytes;
+    sp->max_chunk_bytes = comm->set.chunk_bytes < half ? comm->set.chunk_bytes : half;
+    sp->radix = comm->set.tree_radix;
+
+    if (comm->local_rank == 0 && t->has_machine)
+        PLAIT_INFO(PLAIT_SUBSYS_TUNING,
+                   "rank %d: tuner: %d ranks on %d hosts, intra %s, inter %s, %d cores per host%s, LL %s, up to %d "
+                   "channels, chunks %llu..%llu B%s%s",
+                   comm->rank, n, comm->nhosts, plait_model_link_name(m->intra_link),
+                   plait_model_link_name(m->inter_link), cores, cores ? "" : " (unknown)", m->ll_ok ? "on" : "off",
+                   sp->max_channels, (unsigned long long)sp->slot_bytes, (unsigned long long)sp->max_chunk_bytes,
+                   t->rules.n ? ", rules from " : "", t->rules.n ? t->rules_path : "");
+    return PLAIT_SUCCESS;
+}
+
+void plait_tuner_free(struct plait_comm *comm)
+{
+    struct plait_tuner *t = comm->tuner;
+    if (!t)
+        return;
+    comm->tuner = NULL;
+    if (t->has_machine)
+        plait_model_machine_free(&t->m);
+    plait_tune_rules_free(&t->rules);
+    free(t);
+}
+
+static uint64_t chunk_of(const struct plait_tune_space *sp, unsigned code)
+{
+    return code == E_CHUNK_MAX ? sp->max_chunk_bytes : sp->slot_bytes << code;
+}
+
+static unsigned chunk_code(const struct plait_tune_space *sp, uint64_t chunk)
+{
+    if (chunk == sp->max_chunk_bytes || sp->slot_bytes == 0)
+        return E_CHUNK_MAX;
+    for (unsigned i = 0; i < E_CHUNK_MAX; i++)
+        if ((sp->slot_bytes << i) == chunk)
+            return i;
+    return E_CHUNK_MAX;
+}
+
+static uint64_t pack(int ll, int dflt, int algo, int nch, unsigned chunk, float t)
+{
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof(tb));
+    return E_VALID | (ll ? E_LL : 0) | (dflt ? E_DEFAULT : 0) | ((uint64_t)(algo & 31) << 3) |
+           ((uint64_t)(nch & 255) << 8) | ((uint64_t)(chunk & 63) << 16) | ((uint64_t)tb << 32);
+}
+
+static float unpack_time(uint64_t e)
+{
+    const uint32_t tb = (uint32_t)(e >> 32);
+    float f;
+    memcpy(&f, &tb, sizeof(f));
+    return f;
+}
+
+/* The default rule's entry (no model, or the model did not apply). */
+static uint64_t default_entry(const struct plait_comm *comm, int coll, uint64_t bytes)
+{
+    const struct plait_algorithm *a = plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo);
+    return pack(0, 1, a->id, comm->nchannels, E_CHUNK_MAX, 0.0f);
+}
+
+/* Models the bucket (the model's best over every algorithm, only = AUTO; or
+ * one algorithm's best configuration) and packs the answer. */
+static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tuner *t, int coll, int b, int only)
+{
+    const uint64_t rep = bucket_lo(b);
+    if (!t->has_machine || !plait_coll_is_scheduled(coll))
+        return default_entry(comm, coll, rep);
+    /* The model's element size: fixed per bucket, never the first caller's. */
+    const int esize = rep % 4 == 0 ? 4 : 1;
+    struct plait_tune_candidate cand[PLAIT_ALGO_COUNT + 1];
+    int n = 0, best = -1;
+    struct plait_model_machine m = t->m;
+    m.ll_ok = m.ll_ok && t->ll_for[coll];
+    plait_result_t s = candidates(&m, &t->sp, coll, rep, esize, only, only == PLAIT_ALGO_AUTO, cand,
+                                  PLAIT_ALGO_COUNT + 1, &n, &best);
+    if (s || best < 0)
+        return only == PLAIT_ALGO_AUTO ? default_entry(comm, coll, rep)
+                                       : pack(0, 1, only, comm->nchannels, E_CHUNK_MAX, 0.0f);
+    /* The best schedule too, for the sizes of the bucket above LL's limit. */
+    int sbest = -1;
+    for (int i = 0; i < n; i++)
+        if (cand[i].choice.proto == PLAIT_MPROTO_SIMPLE &&
+            (sbest < 0 || cand[i].choice.predicted_s < cand[sbest].choice.predicted_s))
+            sbest = i;
+    const int ll = cand[best].choice.proto == PLAIT_MPROTO_LL;
+    if (sbest < 0) {
+        const uint64_t d = default_entry(comm, coll, rep);
+        return ll ? d | E_LL : d;
+    }
+    const struct plait_tune_choice *c = &cand[sbest].choice;
+    return pack(ll, 0, c->algo, c->nchannels, chunk_code(&t->sp, c->chunk_bytes), (float)c->predicted_s);
+}
+
+/* fill_entry for a call: the model runs for milliseconds, so the
+ * communicator is held busy meanwhile (as plait_exec_run holds it): an abort
+ * from another thread waits for the model, then the caller sees its flag
+ * (enqueue.c) before it touches anything the abort released. The tuner itself
+ * lives as long as the communicator's struct (plait_tuner_free). */
+static uint64_t fill_locked(struct plait_comm *comm, const struct plait_tuner *t, int coll, int b, int only)
+{
+    __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    const uint64_t e = fill_entry(comm, t, coll, b, only);
+    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    return e;
+}
+
+static const char *const src_names[PLAIT_TUNE_SRC_COUNT] = {
+    [PLAIT_TUNE_SRC_MODEL] = "model",
+    [PLAIT_TUNE_SRC_FORCED] = "forced",
+    [PLAIT_TUNE_SRC_FILE] = "file",
+    [PLAIT_TUNE_SRC_DEFAULT] = "default rule",
+};
+
+const char *plait_tune_source_name(int source)
+{
+    return source >= 0 && source < PLAIT_TUNE_SRC_COUNT ? src_names[source] : "?";
+}
+
+static void log_choice(const struct plait_comm *comm, int coll, uint64_t bytes, int esize,
+                       const struct plait_tune_choice *c)
+{
+    const struct plait_tuner *t = comm->tuner;
+    double pred = c->predicted_s;
+    if (c->proto == PLAIT_MPROTO_LL && t && t->has_machine && pred == 0 && esize > 0) {
+        /* LL's time is not cached (closed form: cheap); only logged */
+        struct eval e;
+        if (eval_ll(&t->m, coll, bytes / (uint64_t)esize, esize, &e) == PLAIT_SUCCESS && e.ok)
+            pred = e.t;
+    }
+    char chunk[32];
+    if (c->chunk_bytes >= 1024 && c->chunk_bytes % 1024 == 0)
+        snprintf(chunk, sizeof(chunk), "%u KiB", c->chunk_bytes / 1024);
+    else
+        snprintf(chunk, sizeof(chunk), "%u B", c->chunk_bytes);
+    if (c->proto == PLAIT_MPROTO_LL)
+        PLAIT_INFO(PLAIT_SUBSYS_TUNING, "%s %llu B: ll (small-message path), predicted %.1f us (%s)",
+                   plait_coll_name(coll), (unsigned long long)bytes, pred * 1e6, plait_tune_source_name(c->source));
+    else
+        PLAIT_INFO(PLAIT_SUBSYS_TUNING, "%s %llu B: %s simple %d ch %s chunk, predicted %.1f us (%s)",
+                   plait_coll_name(coll), (unsigned long long)bytes, plait_algorithms[c->algo].name, c->nchannels,
+                   chunk, pred * 1e6, plait_tune_source_name(c->source));
+}
+
+static void set_choice(struct plait_tune_choice *out, int algo, int proto, int nch, uint64_t chunk, int source,
+                       double pred)
+{
+    out->algo = (uint8_t)algo;
+    out->proto = (uint8_t)proto;
+    out->nchannels = (uint8_t)(nch < 1 ? 1 : nch > 255 ? 255 : nch);
+    out->source = (uint8_t)source;
+    out->chunk_bytes = (uint32_t)(chunk > UINT32_MAX ? UINT32_MAX : chunk);
+    out->predicted_s = pred;
+}
+
+/* Whether this call can go on the small-message path. */
+static int ll_here(const struct plait_comm *comm, const struct plait_tuner *t, int coll, uint64_t bytes)
+{
+    if (!t || !t->ll_for[coll] || comm->set.proto == PLAIT_PROTO_SIMPLE)
+        return 0;
+    return coll == PLAIT_COLL_BARRIER || (bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES);
+}
+
+static void choose(struct plait_comm *comm, int coll, uint64_t bytes, struct plait_tune_choice *out)
+{
+    struct plait_tuner *t = comm->tuner;
+    const uint64_t max_chunk = t ? t->sp.max_chunk_bytes : comm->set.chunk_bytes;
+    if (coll < 0 || coll >= PLAIT_COLL_COUNT || !plait_coll_is_scheduled(coll)) {
+        set_choice(out, PLAIT_ALGO_RING, PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk, PLAIT_TUNE_SRC_DEFAULT, 0);
+        return;
+    }
+    /* PLAIT_ALGO: as before the tuner, all channels and the configured chunk. */
+    const int forced = comm->set.algo[coll];
+    if (forced != PLAIT_ALGO_AUTO && plait_algorithms[forced].supports(coll, comm->nranks)) {
+        set_choice(out, forced, PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk, PLAIT_TUNE_SRC_FORCED, 0);
+        return;
+    }
+    if (!t) {
+        const uint64_t e = default_entry(comm, coll, bytes);
+        set_choice(out, (int)((e >> 3) & 31), PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk,
+                   PLAIT_TUNE_SRC_DEFAULT, 0);
+        return;
+    }
+    const int b = plait_tune_bucket(bytes);
+    const struct plait_tune_rule *rule = t->rules.n ? plait_tune_rules_match(&t->rules, coll, bytes, comm->nranks) : NULL;
+    if (rule) {
+        if (rule->proto == PLAIT_MPROTO_LL && ll_here(comm, t, coll, bytes)) {
+            set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, PLAIT_TUNE_SRC_FILE, 0);
+            return;
+        }
+        /* The algorithm's best channels and chunk, cached per bucket with its
+         * algorithm: a bucket that two rules split recomputes, the answer is
+         * the same function of (algorithm, bucket). */
+        uint64_t e = __atomic_load_n(&t->rule_cache[coll][b], __ATOMIC_ACQUIRE);
+        if (!(e & E_VALID) || (int)((e >> 3) & 31) != rule->algo) {
+            e = fill_locked(comm, t, coll, b, rule->algo);
+            __atomic_store_n(&t->rule_cache[coll][b], e, __ATOMIC_RELEASE);
+        }
+        set_choice(out, rule->algo, PLAIT_MPROTO_SIMPLE, (int)((e >> 8) & 255),
+                   chunk_of(&t->sp, (unsigned)((e >> 16) & 63)), PLAIT_TUNE_SRC_FILE, unpack_time(e));
+        return;
+    }
+    /* The entry is published whole by one release store; a thread that finds
+     * it empty computes the same bits (the model is pure) and stores them too. */
+    uint64_t e = __atomic_load_n(&t->cache[coll][b], __ATOMIC_ACQUIRE);
+    if (!(e & E_VALID)) {
+        e = fill_locked(comm, t, coll, b, PLAIT_ALGO_AUTO);
+        __atomic_store_n(&t->cache[coll][b], e, __ATOMIC_RELEASE);
+    }
+    const int dflt = (e & E_DEFAULT) != 0;
+    /* Without a model, LL wherever the path exists (what plait did before the
+     * tuner); with one, where the model put it first. Sizes of the bucket
+     * above LL's limit take the bucket's best schedule. */
+    const int want_ll = dflt ? 1 : (e & E_LL) != 0;
+    if (want_ll && ll_here(comm, t, coll, bytes)) {
+        set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, dflt ? PLAIT_TUNE_SRC_DEFAULT : PLAIT_TUNE_SRC_MODEL,
+                   0);
+        return;
+    }
+    int algo = (int)((e >> 3) & 31);
+    if (dflt) /* the default rule is per size, not per bucket */
+        algo = plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo)->id;
+    set_choice(out, algo, PLAIT_MPROTO_SIMPLE, (int)((e >> 8) & 255), chunk_of(&t->sp, (unsigned)((e >> 16) & 63)),
+               dflt ? PLAIT_TUNE_SRC_DEFAULT : PLAIT_TUNE_SRC_MODEL, unpack_time(e));
+}
+
+void plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t bytes, int esize, struct plait_tune_choice *out)
+{
+    choose(comm, coll, bytes, out);
+    if (out->nchannels > comm->nchannels)
+        out->nchannels = (uint8_t)comm->nchannels;
+    if (plait_log_level() >= PLAIT_LOG_INFO)
+        log_choice(comm, coll, bytes, esize, out);
+}
