@@ -150,17 +150,35 @@ void plait_model_consts_default(struct plait_model_consts *k)
     k->ll_alpha[PLAIT_MENGINE_GPU] = 0.6 * US;
     k->ll_beta[PLAIT_MENGINE_GPU] = GBPS(80.0);
     k->ll_call[PLAIT_MENGINE_GPU] = 4.4 * US;
+
+    /* Memory regime: a server's last-level cache is tens of MiB (32 MiB on
+     * the 2-core VM plait is developed on, one EPYC CCD); past it a copy runs
+     * at about half its cache rate (plait-tune --calibrate measured 1.7-2.4x
+     * on that VM). A GPU's copy and reduction rates above are HBM rates
+     * already: factor 1. */
+    k->cache_bytes = 32.0 * 1024 * 1024;
+    k->mem_factor[PLAIT_MENGINE_CPU] = 2.0;
+    k->mem_factor[PLAIT_MENGINE_GPU] = 1.0;
+    /* copy_beta and gamma are rates of data another core just wrote (cache
+     * lines moving between cores); a rank's copies between its own buffers
+     * run from its own cache, about twice as fast on the development VM
+     * (one-shot allreduce, calibrated). A GPU's are HBM either way. */
+    k->local_speedup[PLAIT_MENGINE_CPU] = 2.0;
+    k->local_speedup[PLAIT_MENGINE_GPU] = 1.0;
 }
 
 /* The keys of a constants file: a group name and the array it indexes (by
  * link or by engine), or a scalar. */
 enum key_index { KEY_BY_LINK, KEY_BY_ENGINE, KEY_SCALAR };
+/* What a key's value is (struct key_group's is_per_byte): seconds (0),
+ * seconds per byte (1, a rate accepted), bytes, or a plain factor. */
+enum { VALUE_SECONDS = 0, VALUE_PER_BYTE = 1, VALUE_BYTES = 2, VALUE_FACTOR = 3 };
 
 struct key_group {
     const char *name;
     size_t offset;   /* of the group's first double in struct plait_model_consts */
     int index;       /* enum key_index */
-    int is_per_byte; /* seconds per byte (accepts a rate), else seconds */
+    int is_per_byte; /* VALUE_SECONDS, VALUE_PER_BYTE (a rate accepted), VALUE_BYTES or VALUE_FACTOR */
     const char *doc;
 };
 
@@ -178,6 +196,12 @@ static const struct key_group key_groups[] = {
     {"ll_alpha", offsetof(struct plait_model_consts, ll_alpha), KEY_BY_ENGINE, 0, "LL: per peer"},
     {"ll_beta", offsetof(struct plait_model_consts, ll_beta), KEY_BY_ENGINE, 1, "LL: per byte per peer"},
     {"ll_call", offsetof(struct plait_model_consts, ll_call), KEY_BY_ENGINE, 0, "LL: per call"},
+    {"cache_bytes", offsetof(struct plait_model_consts, cache_bytes), KEY_SCALAR, VALUE_BYTES,
+     "a host's last-level cache (bytes; K, M, G suffixes: powers of 1024)"},
+    {"local_speedup", offsetof(struct plait_model_consts, local_speedup), KEY_BY_ENGINE, VALUE_FACTOR,
+     "local COPY/REDUCE steps run this many times faster than copy_beta/gamma (>= 1)"},
+    {"mem_factor", offsetof(struct plait_model_consts, mem_factor), KEY_BY_ENGINE, VALUE_FACTOR,
+     "engine per-byte costs of data beyond the cache, as a multiple of the cached rates (>= 1)"},
 };
 #define NGROUPS (sizeof(key_groups) / sizeof(key_groups[0]))
 
@@ -245,6 +269,26 @@ static const char *parse_value(const char *s, int is_per_byte, double *out)
         return "the value is negative";
     while (*end == ' ' || *end == '\t')
         end++;
+    if (is_per_byte == VALUE_BYTES || is_per_byte == VALUE_FACTOR) {
+        static const struct {
+            const char *unit;
+            double scale;
+        } sizes[] = {{"", 1.0}, {"B", 1.0}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0},
+                     {"MiB", 1048576.0}, {"G", 1073741824.0}, {"GiB", 1073741824.0}};
+        const size_t nunits = is_per_byte == VALUE_FACTOR ? 1 : sizeof(sizes) / sizeof(sizes[0]);
+        for (size_t i = 0; i < nunits; i++) {
+            if (strcmp(end, sizes[i].unit) != 0)
+                continue;
+            *out = v * sizes[i].scale + 0.0;
+            if (is_per_byte == VALUE_FACTOR && (*out < 1.0 || *out > 1e3))
+                return "a factor must be from 1 to 1000";
+            if (*out > 1e15)
+                return "the value is out of range (more than 10^15 bytes)";
+            return NULL;
+        }
+        return is_per_byte == VALUE_FACTOR ? "a factor takes no unit"
+                                           : "unknown unit (B, K/KiB, M/MiB, G/GiB for a byte count)";
+    }
     static const struct {
         const char *unit;
         double scale;  /* seconds per unit, or bytes/s per unit for rates */
@@ -728,6 +772,7 @@ struct sim {
     int nics, nsimhosts;
     double *nic_out, *nic_in; /* [nsimhosts * nics] */
     int sliced, cores;
+    int max_local;       /* ranks on the fullest host (time-slicing: which cores are shared) */
     double *core_free;   /* [nsimhosts * cores] */
     int *waited;         /* [nsim] the rank idled waiting: it pays handoff at its next engine work */
     double alpha_intra, beta_intra, alpha_inter, beta_inter;
@@ -950,20 +995,23 @@ static double engine_reserve(struct sim *s, struct task *t, double now, double d
     double *eng = &s->engine[s->per_channel_engine ? t->sidx * s->nch + t->ch : t->sidx];
     double start = now > *eng ? now : *eng;
     if (s->sliced) {
-        /* A rank that idled gave its core away: getting one back costs a
-         * hand-off, and any of the host's cores will do (the earliest free). */
+        /* A rank that idled gave its core away: getting it back costs a
+         * hand-off when another rank shares the core. Ranks stay on their core (local index modulo the cores):
+         * a waiting executor yields but stays runnable, so the kernel's load
+         * balance sees every rank busy and moves none, and a core's ranks
+         * share it (3 ranks on 2 cores: one core runs two of them). */
+        const int c = t->local % s->cores;
         if (s->waited[t->sidx]) {
-            dur += s->k->handoff;
+            /* A rank alone on its core polls on (sched_yield has no one
+             * to run): no hand-off. */
+            if (c + s->cores < s->max_local)
+                dur += s->k->handoff;
             s->waited[t->sidx] = 0;
         }
-        double *cores = s->core_free + (size_t)t->host * s->cores;
-        int best = 0;
-        for (int i = 1; i < s->cores; i++)
-            if (cores[i] < cores[best])
-                best = i;
-        if (cores[best] > start)
-            start = cores[best];
-        cores[best] = start + dur;
+        double *core = s->core_free + (size_t)t->host * s->cores + (size_t)c;
+        if (*core > start)
+            start = *core;
+        *core = start + dur;
     }
     *eng = start + dur;
     return start + dur;
@@ -1080,7 +1128,11 @@ static int step_symmetric(struct sim *s, struct task *t, int has)
         int same = other == has;
         if (same && has) {
             const int kind = t->st.kind;
-            same = o.kind == kind && o.count == t->st.count;
+            /* A local step (COPY, REDUCE) may cut the same bytes at another
+             * point on another host (Bruck's copy-out in one iteration: slots
+             * [1, n-r) and [n-r, n)): its kind must match, its count not. */
+            same = o.kind == kind &&
+                   (o.count == t->st.count || kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_REDUCE);
             if (same && t->st.count > 0 && plait_step_recvs(kind))
                 same = t->st.recv_peer >= 0 && t->st.recv_peer < s->nranks &&
                        o.recv_peer == rotate(s, t->st.recv_peer, hosts[i]);
@@ -1249,7 +1301,9 @@ static void task_run(struct sim *s, struct task *t, double now)
         if (kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_REDUCE || t->st.count == 0) {
             /* Local, whole; or nothing to move (exec.c moves no piece for a
              * step of count 0): the step's overhead and its pass over the data. */
-            const double per_byte = kind == PLAIT_STEP_REDUCE ? s->k->gamma[s->eng] : s->k->copy_beta[s->eng];
+            const double speedup = s->k->local_speedup[s->eng] > 1.0 ? s->k->local_speedup[s->eng] : 1.0;
+            const double per_byte =
+                (kind == PLAIT_STEP_REDUCE ? s->k->gamma[s->eng] : s->k->copy_beta[s->eng]) / speedup;
             const uint64_t bytes = t->st.count * (uint64_t)s->c->esize;
             const double dur = s->k->step_overhead[s->eng] + (kind == PLAIT_STEP_COPY || kind == PLAIT_STEP_REDUCE
                                                                    ? (double)bytes * per_byte
@@ -1451,6 +1505,7 @@ static plait_result_t sim_init(struct sim *s, const struct plait_model_machine *
             max_local = m->local_of[r] + 1;
     s->cores = m->cores_per_host;
     s->sliced = m->engine == PLAIT_MENGINE_CPU && s->cores > 0 && max_local > s->cores;
+    s->max_local = max_local;
     int oom = 0;
     const size_t nsim = (size_t)s->nsim, nch = (size_t)s->nch;
     s->engine = zeros(s->per_channel_engine ? nsim * nch : nsim, &oom);
@@ -1551,7 +1606,14 @@ static plait_result_t predict(const struct plait_model_machine *m, const struct 
     /* A channel walks its range in units of chunk_elems (of every rank's
      * share for allreduce, whose ring iteration covers nranks chunks). */
     const uint64_t align = 16 / (uint64_t)c->esize;
-    const uint64_t unit = call_chunk_elems(c) * (c->coll == PLAIT_COLL_ALLREDUCE ? (uint64_t)m->nranks : 1);
+    /* The double binary tree's iteration is a chunk of each tree's half
+     * (dbtree.c), one-shot's a chunk (direct.c): with the ring's nranks
+     * chunks a tree allreduce of 1 GiB on 4096 ranks was never extrapolated
+     * (50M steps, a minute). */
+    const uint64_t unit = call_chunk_elems(c) * (c->coll != PLAIT_COLL_ALLREDUCE ? 1
+                                                 : c->algo == PLAIT_ALGO_TREE    ? 2
+                                                 : c->algo == PLAIT_ALGO_ONESHOT ? 1
+                                                                                 : (uint64_t)m->nranks);
     const uint64_t per_ch =
         ((c->count + (uint64_t)c->nchannels - 1) / (uint64_t)c->nchannels + align - 1) / align * align;
     if ((per_ch + unit - 1) / unit <= PLAIT_MODEL_MAX_ITERS)
@@ -1603,7 +1665,9 @@ static plait_result_t predict_reduced(const struct plait_model_machine *m, const
     if (r)
         return r;
     *res = tmp;
-    *time_out = t_lo + (t_hi - t_lo) * ((double)(c->count - lo.count) / (double)g);
+    /* Signed: below g, count - lo.count is negative (as unsigned it wrapped
+     * to ~2^64 and gave times of 10^13 us for tiny calls on many ranks). */
+    *time_out = t_lo + (t_hi - t_lo) * (((double)c->count - (double)lo.count) / (double)g);
     return PLAIT_SUCCESS;
 }
 
@@ -1668,6 +1732,53 @@ static plait_result_t ll_time(const struct plait_model_machine *m, const struct 
     return PLAIT_SUCCESS;
 }
 
+/* LL on GPU machines. NCCL's LL is not a direct exchange: it runs the ring
+ * (or tree) schedule with 8-byte lines of 4 bytes of data and a 4-byte flag,
+ * each line polled by the receiver, so a hop costs no fence or flag round
+ * trip (the Simple protocol's alpha) and every byte moves twice over the wire
+ * and through the kernel. The model replays the call's algorithm as the
+ * simple protocol on a machine whose constants say that:
+ *
+ *   - alpha of each GPU link (nvlink, pcie, net) scaled by ll_alpha.gpu /
+ *     alpha.nvlink: with the defaults 0.6 us on NVLink, 1.0 us on PCIe and
+ *     2.5 us over the network, NCCL's LL ring latencies (tuning.cc: 0.6, 1.0,
+ *     2.7 us) (ll_alpha.gpu itself when alpha.nvlink is 0);
+ *   - every per-byte cost doubled (the wire's beta or the machine's link
+ *     rates, copy_beta, gamma, send_beta): half of Simple's bandwidth;
+ *   - the kernel's copy out and reduction at least ll_beta.gpu per byte (a
+ *     (rank, channel) polls and unpacks 8-byte lines: NCCL's LL runs near
+ *     80-90 GB/s per channel, not at HBM rates);
+ *   - ll_call.gpu as the call's overhead (NCCL's LL base latency);
+ *
+ * and ll_max_bytes (count x element size, ll_time checks it) as the limit
+ * per rank. */
+static plait_result_t ll_gpu_replay(const struct plait_model_machine *m, const struct plait_model_call *c, int mode,
+                                    struct plait_model_result *out)
+{
+    struct plait_model_machine lm = *m; /* shares the rank arrays: not freed */
+    struct plait_model_consts *k = &lm.k;
+    const int e = PLAIT_MENGINE_GPU;
+    const double nvl = m->k.alpha[PLAIT_MLINK_NVLINK];
+    static const int gpu_links[] = {PLAIT_MLINK_NVLINK, PLAIT_MLINK_PCIE, PLAIT_MLINK_NET};
+    for (size_t i = 0; i < sizeof(gpu_links) / sizeof(gpu_links[0]); i++) {
+        const int l = gpu_links[i];
+        k->alpha[l] = nvl > 0 ? m->k.alpha[l] * (m->k.ll_alpha[e] / nvl) : m->k.ll_alpha[e];
+    }
+    for (int l = 0; l < PLAIT_MLINK_COUNT; l++)
+        k->beta[l] = 2.0 * m->k.beta[l];
+    lm.intra_bw = m->intra_bw > 0 ? m->intra_bw / 2.0 : 0;
+    lm.inter_bw = m->inter_bw > 0 ? m->inter_bw / 2.0 : 0;
+    k->send_beta[e] = 2.0 * m->k.send_beta[e];
+    k->copy_beta[e] = fmax(2.0 * m->k.copy_beta[e], m->k.ll_beta[e]);
+    k->gamma[e] = fmax(2.0 * m->k.gamma[e], m->k.ll_beta[e]);
+    k->call_overhead[e] = m->k.ll_call[e];
+    struct plait_model_call lc = *c;
+    lc.proto = PLAIT_MPROTO_SIMPLE;
+    if (lc.coll == PLAIT_COLL_BARRIER && lc.count == 0)
+        lc.count = 1; /* a barrier's LL flag is one line: the schedule of count 0 moves nothing */
+    return plait_model_time(&lm, &lc, mode, out);
+}
+
 /* ------------------------------------------------------------------ time */
 
 static plait_result_t check_machine(const struct plait_model_machine *m)
@@ -1725,6 +1836,39 @@ static plait_result_t check_call(const struct plait_model_machine *m, const stru
     return PLAIT_SUCCESS;
 }
 
+/* The bytes a call touches on one host: every rank's input and output. */
+static double call_footprint(const struct plait_model_machine *m, const struct plait_model_call *c)
+{
+    const double e = (double)c->count * (double)c->esize, n = (double)m->nranks;
+    double in = e, out = e;
+    if (c->coll == PLAIT_COLL_ALLGATHER)
+        out = e * n;
+    else if (c->coll == PLAIT_COLL_REDUCESCATTER)
+        in = e * n;
+    else if (c->coll == PLAIT_COLL_ALLTOALL)
+        in = out = e * n;
+    const double per_host = ceil(n / (double)(m->nhosts > 0 ? m->nhosts : 1));
+    return per_host * (in + out);
+}
+
+/* The machine whose engine costs fit the call's memory regime (model.h,
+ * cache_bytes and mem_factor): m itself when the call fits the cache, else
+ * *tmp, a shallow copy with send_beta, copy_beta and gamma scaled. */
+static const struct plait_model_machine *memory_regime(const struct plait_model_machine *m,
+                                                       const struct plait_model_call *c,
+                                                       struct plait_model_machine *tmp)
+{
+    const double fp = call_footprint(m, c), cache = m->k.cache_bytes, mf = m->k.mem_factor[m->engine];
+    if (!(mf > 1.0) || fp <= cache)
+        return m;
+    const double f = (cache + (fp - cache) * mf) / fp;
+    *tmp = *m;
+    tmp->k.send_beta[m->engine] *= f;
+    tmp->k.copy_beta[m->engine] *= f;
+    tmp->k.gamma[m->engine] *= f;
+    return tmp;
+}
+
 plait_result_t plait_model_time(const struct plait_model_machine *m, const struct plait_model_call *c, int mode,
                                 struct plait_model_result *out)
 {
@@ -1737,12 +1881,18 @@ plait_result_t plait_model_time(const struct plait_model_machine *m, const struc
         return r;
     if ((r = check_call(m, c)))
         return r;
+    struct plait_model_machine scaled;
+    m = memory_regime(m, c, &scaled);
     struct plait_model_result res;
     memset(&res, 0, sizeof(res));
     res.mode = PLAIT_MODEL_FULL;
     if (c->proto == PLAIT_MPROTO_LL) {
         if ((r = ll_time(m, c, &res.time_s)))
             return r;
+        /* GPU: NCCL's LL runs the algorithm's schedule (ll_time above only
+         * checked that LL takes the call). */
+        if (m->engine == PLAIT_MENGINE_GPU)
+            return ll_gpu_replay(m, c, mode, out);
     } else {
         const struct plait_algorithm *al = &plait_algorithms[c->algo];
         if (!al->step || !al->supports(c->coll, m->nranks))

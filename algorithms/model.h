@@ -22,10 +22,16 @@
  *     ranks runs on a pool of `cores` servers, and every time a rank had to
  *     wait for data or credit it pays `handoff` (the scheduler hands the core
  *     to another rank and back) before its engine runs again;
- *   - the small-message protocol (LL: plait's small-message path on the CPU,
- *     NCCL's LL on the GPU) is not a schedule: one exchange with its own
- *     alpha and per-byte cost (ll_alpha, ll_beta, ll_call), modelled in closed
- *     form, with the hand-off per rank beyond the cores.
+ *   - the small-message protocol on the CPU (plait's small-message path, one
+ *     host) is not a schedule: one exchange with its own alpha and per-byte
+ *     cost (ll_alpha, ll_beta, ll_call), modelled in closed form, with the
+ *     hand-off per rank beyond the cores;
+ *   - LL on GPU engines (NCCL's LL) is the call's algorithm replayed as above
+ *     with LL's costs: each GPU link's alpha scaled by ll_alpha.gpu /
+ *     alpha.nvlink (0.6 us NVLink, 1.0 us PCIe, 2.5 us network by default),
+ *     every per-byte cost doubled (8-byte lines of 4 bytes of data and a
+ *     flag), the kernel's copy/reduce at least ll_beta.gpu per byte,
+ *     ll_call.gpu per call; up to ll_max_bytes (count x esize) per rank.
  *
  * Every resource is owned by one host and reserved only by that host's
  * ranks, in time order (ties broken by local index, then channel), so a
@@ -35,7 +41,7 @@
  * of another host would have sent, or consumed, at its step from the rank of
  * host 0 with the same local index at the same step, its peer rotated with it.
  * It gives the same times as the full replay when the schedule is invariant
- * under that rotation (ring, hier, recursive/bruck/pat on power-of-two hosts;
+ * under that rotation (ring, hier, bruck, pat, pairwise;
  * a test checks equality up to 64 nodes) and is what makes 512 nodes of 8
  * GPUs cost seconds. Algorithms that are not invariant (trees, whose root is
  * special) fall back to the full replay: plait_model_time says which it ran.
@@ -100,6 +106,17 @@ struct plait_model_consts {
     double ll_alpha[PLAIT_MENGINE_COUNT]; /* LL: per peer exchanged with */
     double ll_beta[PLAIT_MENGINE_COUNT];  /* LL: per byte pushed to or read from one peer */
     double ll_call[PLAIT_MENGINE_COUNT];  /* LL: per call */
+    /* The memory regime. send_beta, copy_beta and gamma are the rates of data
+     * in the caches; a call whose buffers on one host (every rank's input and
+     * output) exceed cache_bytes streams the excess from memory, at
+     * mem_factor times those costs: the engine costs are scaled by
+     * (cache + (footprint - cache) x mem_factor) / footprint. */
+    double cache_bytes;                   /* a host's last-level cache, bytes */
+    /* Local COPY and REDUCE steps (between a rank's own buffers) run this many
+     * times faster than copy_beta / gamma, which are the rates of data
+     * another core just wrote into a slot (>= 1; 0 reads as 1). */
+    double local_speedup[PLAIT_MENGINE_COUNT];
+    double mem_factor[PLAIT_MENGINE_COUNT]; /* >= 1 (1: no difference) */
 };
 
 /* Names of the table's keys as a constants file writes them ("alpha.shm",

@@ -52,8 +52,9 @@ struct plait_tune_candidate {
 /* Every candidate for a call of `bytes` (count x element size; per rank for
  * allgather, reducescatter, alltoall, as plait_algo_select counts) on m,
  * best channel count and chunk each, in algorithm order (at most max); *best
- * gets the index of the lowest time (ties: the lower algorithm id, then
- * fewer channels, then the larger chunk), -1 when none applies. Pure and
+ * gets the index of the lowest time (ties, i.e. within 1% of the lowest: the
+ * lower algorithm id, LL first; within one algorithm fewer channels, then the
+ * larger chunk), -1 when none applies. Pure and
  * deterministic. */
 plait_result_t plait_tune_candidates(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
                                      uint64_t bytes, int esize, struct plait_tune_candidate *out, int max, int *n,

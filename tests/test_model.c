@@ -14,6 +14,7 @@
 #include "log.h"
 #include "model.h"
 #include "topo.h"
+#include "tuner.h"
 
 static double wall(void)
 {
@@ -792,4 +793,214 @@ Test(model, reduced_equals_full_distance_schedules)
         }
         plait_model_machine_free(&m);
     }
+}
+
+/* ------------------------------------------------- tiny calls, many ranks */
+
+/* Tiny calls on many DGX H100 nodes: every prediction is finite, positive and
+ * below a second (a count below nchannels x nranks x 16 B used to wrap an
+ * unsigned difference in the reduced replay's interpolation: 10^13 us). The
+ * reduced replay equals the full one where the count splits evenly, and stays
+ * close to it (ring) where it is interpolated. */
+Test(model, tiny_calls_many_ranks)
+{
+    struct plait_topo *t = dgx_h100();
+    static const int nodes[] = {2, 8, 64, 512};
+    static const int colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_ALLGATHER, PLAIT_COLL_REDUCESCATTER};
+    static const uint64_t sizes[] = {8, 512, 64 << 10};
+    const double t0 = wall();
+    for (size_t ni = 0; ni < sizeof(nodes) / sizeof(nodes[0]); ni++) {
+        struct plait_model_machine m;
+        cr_assert_eq(plait_model_machine_from_topo(&m, t, nodes[ni], NULL), PLAIT_SUCCESS);
+        for (size_t ci = 0; ci < 3; ci++) {
+            for (int algo = 1; algo < PLAIT_ALGO_COUNT; algo++) {
+                if (!plait_algorithms[algo].supports(colls[ci], m.nranks))
+                    continue;
+                for (size_t si = 0; si < 3; si++) {
+                    if (nodes[ni] == 512 && algo == PLAIT_ALGO_HIER && (colls[ci] == PLAIT_COLL_ALLREDUCE || si == 2))
+                        continue; /* 2 s each: the ring covers the interpolation on 4096 ranks */
+                    /* nccl-tests' sizes: allgather/reducescatter per rank = size / ranks, at least one */
+                    uint64_t count = sizes[si] / 4;
+                    if (colls[ci] != PLAIT_COLL_ALLREDUCE)
+                        count = count / (uint64_t)m.nranks ? count / (uint64_t)m.nranks : 1;
+                    struct plait_model_call c;
+                    plait_model_call_init(&c, colls[ci], count, 4, algo, PLAIT_MPROTO_SIMPLE);
+                    c.nchannels = 8;
+                    struct plait_model_result red, full;
+                    const int has_red = nodes[ni] > 1 &&
+                                        plait_model_time(&m, &c, PLAIT_MODEL_REDUCED, &red) == PLAIT_SUCCESS;
+                    plait_last_error_clear();
+                    if (has_red)
+                        cr_expect(isfinite(red.time_s) && red.time_s > 0 && red.time_s < 1.0,
+                                  "%s %s %llu B on %d nodes: reduced %.6g s", plait_algorithms[algo].name,
+                                  plait_coll_name(colls[ci]), (unsigned long long)sizes[si], nodes[ni], red.time_s);
+                    if (nodes[ni] > 64 || (nodes[ni] == 64 && (algo != PLAIT_ALGO_RING || si == 2)))
+                        continue; /* the full replays of 4096 ranks and most of 512: seconds each */
+                    predict(&m, &c, PLAIT_MODEL_FULL, &full);
+                    cr_expect(isfinite(full.time_s) && full.time_s > 0 && full.time_s < 1.0,
+                              "%s %s %llu B on %d nodes: full %.6g s", plait_algorithms[algo].name,
+                              plait_coll_name(colls[ci]), (unsigned long long)sizes[si], nodes[ni], full.time_s);
+                    if (!has_red)
+                        continue;
+                    const uint64_t g = 8u * (uint64_t)m.nranks * 4u;
+                    const int exact = colls[ci] != PLAIT_COLL_ALLREDUCE || count % g == 0;
+                    /* interpolated (allreduce counts that do not split evenly): ring within 10%;
+                     * hier skips most of its inter-host steps below one element per (host,
+                     * channel), which the interpolation from even counts cannot see */
+                    const double tol = exact ? 1e-9 : algo == PLAIT_ALGO_RING ? 0.10 : 5.0;
+                    cr_expect(close_rel(full.time_s, red.time_s, tol), "%s %s %llu B on %d nodes: full %.9g reduced %.9g",
+                              plait_algorithms[algo].name, plait_coll_name(colls[ci]), (unsigned long long)sizes[si],
+                              nodes[ni], full.time_s, red.time_s);
+                }
+            }
+        }
+        plait_model_machine_free(&m);
+    }
+    cr_log_info("tiny_calls_many_ranks: %.2f s", wall() - t0);
+    plait_topo_free(t);
+}
+
+/* ------------------------------------------------------------- GPU LL */
+
+/* LL on a GPU machine is the algorithm's replay with LL's costs: the same
+ * time as the simple protocol on a machine whose GPU link alphas are scaled
+ * by ll_alpha.gpu / alpha.nvlink, whose per-byte costs are doubled and whose
+ * call costs ll_call.gpu. Small calls gain (lower alpha), large ones lose
+ * (half the bandwidth); above ll_max_bytes it is refused. The tuner's LL
+ * candidate (ring stand-in, one channel) gets the same number. */
+Test(model, ll_gpu_is_a_replay)
+{
+    struct plait_topo *t = dgx_h100();
+    static const int nodes[] = {1, 8};
+    for (size_t ni = 0; ni < 2; ni++) {
+        struct plait_model_machine m;
+        cr_assert_eq(plait_model_machine_from_topo(&m, t, nodes[ni], NULL), PLAIT_SUCCESS);
+        cr_assert(m.ll_ok);
+        /* the same machine with LL's constants, by hand */
+        struct plait_model_machine lm = m;
+        struct plait_model_consts *k = &lm.k;
+        const double scale = m.k.ll_alpha[PLAIT_MENGINE_GPU] / m.k.alpha[PLAIT_MLINK_NVLINK];
+        k->alpha[PLAIT_MLINK_NVLINK] *= scale;
+        k->alpha[PLAIT_MLINK_PCIE] *= scale;
+        k->alpha[PLAIT_MLINK_NET] *= scale;
+        for (int l = 0; l < PLAIT_MLINK_COUNT; l++)
+            k->beta[l] *= 2;
+        lm.intra_bw /= 2;
+        lm.inter_bw /= 2;
+        k->copy_beta[PLAIT_MENGINE_GPU] = fmax(2 * k->copy_beta[PLAIT_MENGINE_GPU], k->ll_beta[PLAIT_MENGINE_GPU]);
+        k->gamma[PLAIT_MENGINE_GPU] = fmax(2 * k->gamma[PLAIT_MENGINE_GPU], k->ll_beta[PLAIT_MENGINE_GPU]);
+        k->send_beta[PLAIT_MENGINE_GPU] *= 2;
+        k->call_overhead[PLAIT_MENGINE_GPU] = m.k.ll_call[PLAIT_MENGINE_GPU];
+        static const int colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_ALLGATHER, PLAIT_COLL_BROADCAST};
+        for (size_t ci = 0; ci < 3; ci++) {
+            for (uint64_t bytes = 8; bytes <= m.ll_max_bytes; bytes *= 64) {
+                struct plait_model_call c;
+                plait_model_call_init(&c, colls[ci], bytes / 4 ? bytes / 4 : 1, 4, PLAIT_ALGO_RING, PLAIT_MPROTO_LL);
+                c.nchannels = 1;
+                struct plait_model_result ll, ref, simple;
+                predict(&m, &c, PLAIT_MODEL_AUTO, &ll);
+                c.proto = PLAIT_MPROTO_SIMPLE;
+                predict(&lm, &c, PLAIT_MODEL_AUTO, &ref);
+                predict(&m, &c, PLAIT_MODEL_AUTO, &simple);
+                cr_expect(close_rel(ll.time_s, ref.time_s, 1e-12), "%s %llu B %d nodes: LL %.9g, by hand %.9g",
+                          plait_coll_name(colls[ci]), (unsigned long long)bytes, nodes[ni], ll.time_s, ref.time_s);
+                if (bytes == 8)
+                    cr_expect(ll.time_s < simple.time_s, "%s 8 B %d nodes: LL %.9g, simple %.9g",
+                              plait_coll_name(colls[ci]), nodes[ni], ll.time_s, simple.time_s);
+            }
+        }
+        /* 4 MiB allgather on 8 nodes (64 KiB per rank, LL's largest): LL on
+         * one channel forwards (n-1) blocks through one kernel at no more
+         * than 1 / ll_beta.gpu (the direct exchange gave every peer at once) */
+        struct plait_model_call c;
+        if (nodes[ni] > 1) {
+            const uint64_t per_rank = (4u << 20) / 4 / (uint64_t)m.nranks;
+            plait_model_call_init(&c, PLAIT_COLL_ALLGATHER, per_rank, 4, PLAIT_ALGO_RING, PLAIT_MPROTO_LL);
+            c.nchannels = 1;
+            struct plait_model_result ll;
+            predict(&m, &c, PLAIT_MODEL_AUTO, &ll);
+            const double bound = (double)(m.nranks - 1) * (double)(per_rank * 4) * m.k.ll_beta[PLAIT_MENGINE_GPU];
+            cr_expect(ll.time_s > bound, "4 MiB allgather: LL %.9g s, the LL rate allows no less than %.9g s",
+                      ll.time_s, bound);
+        }
+        /* above ll_max_bytes: refused */
+        plait_model_call_init(&c, PLAIT_COLL_ALLREDUCE, m.ll_max_bytes / 4 + 4, 4, PLAIT_ALGO_RING, PLAIT_MPROTO_LL);
+        struct plait_model_result r;
+        cr_expect_eq(plait_model_time(&m, &c, PLAIT_MODEL_AUTO, &r), PLAIT_ERR_INVALID_ARGUMENT);
+        plait_last_error_clear();
+        /* the tuner's LL candidate: the ring stand-in (pairwise for alltoall) */
+        struct plait_tune_space sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.allowed[PLAIT_ALGO_RING] = 1;
+        sp.max_channels = 8;
+        sp.slot_bytes = 128u << 10;
+        sp.nslots = 4;
+        sp.max_chunk_bytes = 256u << 10;
+        sp.radix = 2;
+        static const int tcolls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_ALLTOALL, PLAIT_COLL_BARRIER};
+        for (size_t ci = 0; ci < 3; ci++) {
+            struct plait_tune_candidate cands[PLAIT_ALGO_COUNT * PLAIT_MPROTO_COUNT];
+            int nc = 0, best = -1;
+            cr_assert_eq(plait_tune_candidates(&m, &sp, tcolls[ci], tcolls[ci] == PLAIT_COLL_BARRIER ? 0 : 64, 4, cands,
+                                               (int)(sizeof(cands) / sizeof(cands[0])), &nc, &best),
+                         PLAIT_SUCCESS, "%s", plait_last_error_get());
+            int has_ll = 0;
+            for (int i = 0; i < nc; i++) {
+                if (cands[i].choice.proto != PLAIT_MPROTO_LL)
+                    continue;
+                has_ll = 1;
+                const double ts = cands[i].choice.predicted_s;
+                cr_expect(isfinite(ts) && ts > 0 && ts < 1e-2, "%s LL on %d nodes: %.6g s",
+                          plait_coll_name(tcolls[ci]), nodes[ni], ts);
+                /* a barrier is one line per round: more than the call alone on many ranks */
+                if (tcolls[ci] == PLAIT_COLL_BARRIER && m.nranks > 1)
+                    cr_expect(ts > m.k.ll_call[PLAIT_MENGINE_GPU], "barrier LL %.6g s", ts);
+            }
+            cr_expect(has_ll, "%s on %d nodes: no LL candidate", plait_coll_name(tcolls[ci]), nodes[ni]);
+        }
+        plait_model_machine_free(&m);
+    }
+    plait_topo_free(t);
+}
+
+/* ------------------------------------ full replays that stay affordable */
+
+/* The double binary tree's iteration is a chunk of each half: a large tree
+ * allreduce is extrapolated (before, with the ring's nranks-chunk iteration,
+ * 1 GiB on 4096 ranks replayed 50M steps); Bruck allgather on one channel
+ * (one iteration, copy-out split where the rank says) replays reduced and
+ * equals the full replay. */
+Test(model, affordable_full_and_reduced)
+{
+    struct plait_topo *t = dgx_h100();
+    struct plait_model_machine m;
+    cr_assert_eq(plait_model_machine_from_topo(&m, t, 16, NULL), PLAIT_SUCCESS);
+    struct plait_model_call c;
+    plait_model_call_init(&c, PLAIT_COLL_ALLREDUCE, (1ull << 30) / 4, 4, PLAIT_ALGO_TREE, PLAIT_MPROTO_SIMPLE);
+    c.nchannels = 8;
+    c.chunk_bytes = 256u << 10;
+    struct plait_model_result r;
+    double t0 = wall();
+    predict(&m, &c, PLAIT_MODEL_AUTO, &r);
+    const double dt = wall() - t0;
+    cr_expect(r.extrapolated);
+    cr_expect(dt < 2.0, "tree allreduce 1 GiB on 128 ranks: %.2f s", dt);
+    cr_expect(r.busbw > 1e9 && r.busbw < 450e9, "busbw %g", r.busbw);
+    /* periodic: the extrapolated time of 2 GiB is twice the per-iteration part of 1 GiB */
+    struct plait_model_result r2;
+    c.count *= 2;
+    predict(&m, &c, PLAIT_MODEL_AUTO, &r2);
+    cr_expect(r2.time_s > 1.9 * r.time_s && r2.time_s < 2.05 * r.time_s, "1 GiB %.6g s, 2 GiB %.6g s", r.time_s,
+              r2.time_s);
+    for (int ch = 1; ch <= 2; ch++) {
+        plait_model_call_init(&c, PLAIT_COLL_ALLGATHER, 65536, 4, PLAIT_ALGO_BRUCK, PLAIT_MPROTO_SIMPLE);
+        c.nchannels = ch;
+        struct plait_model_result full, red;
+        predict(&m, &c, PLAIT_MODEL_FULL, &full);
+        predict(&m, &c, PLAIT_MODEL_REDUCED, &red);
+        cr_expect(close_rel(full.time_s, red.time_s, 1e-9), "bruck %d channels: full %.12g reduced %.12g", ch,
+                  full.time_s, red.time_s);
+    }
+    plait_model_machine_free(&m);
+    plait_topo_free(t);
 }

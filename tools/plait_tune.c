@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/select.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,6 +73,7 @@ struct args {
     bool has_step;
     bool is_tsv;
     int max_full_ranks;
+    int full_budget_s;               /* --simulate: seconds a full replay above max_full_ranks may take */
 };
 
 static const char usage_text[] =
@@ -110,8 +112,11 @@ static const char usage_text[] =
     "  --size SIZE        the size of each call (default 1G)\n"
     "  --coll LIST        \"all\" (default: allreduce,allgather,reducescatter,broadcast,alltoall) or a list\n"
     "  --channels N       the most channels a call may use (default: the host's rings, at least PLAIT_NCHANNELS)\n"
-    "  --max-full-ranks N skip algorithms that need the full replay (every rank) above N ranks (default 64;\n"
-    "                     a full replay costs about 4 s at 64 ranks, 12 s at 128, 30 s at 256 per algorithm)\n"
+    "  --max-full-ranks N algorithms that need the full replay (every rank) are searched (channels, chunk)\n"
+    "                     up to N ranks (default 64); above, one point (the most channels, the largest\n"
+    "                     chunk) is replayed in a child process within --full-budget seconds\n"
+    "  --full-budget S    seconds that one point above --max-full-ranks may take before it is given up\n"
+    "                     (default 8; 0: skip those algorithms)\n"
     "\n"
     "Common options:\n"
     "  --constants FILE   the model's constants (default: PLAIT_TUNE_CONSTANTS, else the built-in defaults)\n"
@@ -242,6 +247,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     a->size = 1ull << 30;
     a->step = 4;
     a->max_full_ranks = 64;
+    a->full_budget_s = 8;
 
     static const struct {
         const char *name;
@@ -252,7 +258,7 @@ static int parse_args(int argc, char **argv, struct args *a)
                  {"--list-algos", MODE_LIST_ALGOS}};
     static const char *const valued[] = {"--out",  "--constants", "--topo",     "--coll",    "--ranks",
                                          "--nodes", "--link",     "--from",     "--to",      "--step",
-                                         "--size", "--channels", "--max-full-ranks"};
+                                         "--size", "--channels", "--max-full-ranks", "--full-budget"};
     /* Which options each mode takes (bit per mode), so that a misplaced one
      * is reported rather than silently ignored. */
     static const struct {
@@ -274,6 +280,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"--size", 1u << MODE_SIMULATE},
         {"--channels", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
         {"--max-full-ranks", 1u << MODE_SIMULATE},
+        {"--full-budget", 1u << MODE_SIMULATE},
     };
     const char *seen[sizeof(applies) / sizeof(applies[0])] = {0};
 
@@ -416,6 +423,9 @@ static int parse_args(int argc, char **argv, struct args *a)
         } else if (strcmp(name, "--channels") == 0) {
             if (!parse_int(value, 1, 64, &a->channels))
                 return usage_error("--channels '%s': expected a number of channels from 1 to 64", value);
+        } else if (strcmp(name, "--full-budget") == 0) {
+            if (!parse_int(value, 0, 3600, &a->full_budget_s))
+                return usage_error("--full-budget '%s': expected seconds from 0 to 3600", value);
         } else {
             if (!parse_int(value, 1, 1 << 20, &a->max_full_ranks))
                 return usage_error("--max-full-ranks '%s': expected a number of ranks of at least 1", value);
@@ -684,6 +694,102 @@ static int run_explain(const struct args *a)
 
 /* ---------------------------------------------------------------- --simulate */
 
+/* What a child sends back for one point (full_point). */
+struct point_msg {
+    plait_result_t status;
+    struct plait_model_result res;
+    char why[256];
+};
+
+/* One point of an algorithm that needs the full replay above --max-full-ranks:
+ * the most channels and the largest chunk (the tuner's first guess for a
+ * large call), replayed in a child process that is killed after budget_s.
+ * The cost of a full replay grows with ranks x pieces (1 GiB recursive
+ * allgather on 4096 ranks: 33M pieces, half a minute), which no rank count
+ * predicts well; a deadline does. Returns 0 with *out, 1 when the model
+ * declined or failed (why), 2 when the deadline passed. */
+static int full_point(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                      uint64_t count, int algo, int budget_s, struct plait_model_call *call,
+                      struct plait_model_result *out, char *why, size_t whylen)
+{
+    plait_model_call_init(call, coll, count, ESIZE, algo, PLAIT_MPROTO_SIMPLE);
+    call->slot_bytes = sp->slot_bytes;
+    call->nslots = sp->nslots;
+    call->radix = sp->radix;
+    call->nchannels = sp->max_channels > 0 ? sp->max_channels : 1;
+    call->chunk_bytes = sp->max_chunk_bytes;
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, whylen, "pipe: %s", strerror(errno));
+        return 1;
+    }
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        snprintf(why, whylen, "fork: %s", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        struct point_msg msg;
+        memset(&msg, 0, sizeof(msg));
+        msg.status = plait_model_time(m, call, PLAIT_MODEL_AUTO, &msg.res);
+        if (msg.status != PLAIT_SUCCESS)
+            snprintf(msg.why, sizeof(msg.why), "%s", plait_get_last_error(NULL));
+        const char *p = (const char *)&msg;
+        size_t left = sizeof(msg);
+        while (left > 0) {
+            const ssize_t w = write(fds[1], p, left);
+            if (w <= 0)
+                _exit(1);
+            p += w;
+            left -= (size_t)w;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    struct point_msg msg;
+    size_t got = 0;
+    const double deadline = now_s() + budget_s;
+    int rc = 2;
+    for (;;) {
+        const double left = deadline - now_s();
+        if (left <= 0)
+            break;
+        struct timeval tv = {.tv_sec = (time_t)left, .tv_usec = (suseconds_t)((left - (double)(time_t)left) * 1e6)};
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(fds[0], &rd);
+        const int sel = select(fds[0] + 1, &rd, NULL, NULL, &tv);
+        if (sel < 0 && errno == EINTR)
+            continue;
+        if (sel <= 0)
+            break;
+        const ssize_t r = read(fds[0], (char *)&msg + got, sizeof(msg) - got);
+        if (r <= 0) {
+            snprintf(why, whylen, "the replay's process ended without an answer");
+            rc = 1;
+            break;
+        }
+        got += (size_t)r;
+        if (got == sizeof(msg)) {
+            rc = msg.status == PLAIT_SUCCESS ? 0 : 1;
+            if (rc == 0)
+                *out = msg.res;
+            else
+                snprintf(why, whylen, "%s", msg.why);
+            break;
+        }
+    }
+    close(fds[0]);
+    if (rc == 2)
+        kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return rc;
+}
+
 static int run_simulate(const struct args *a)
 {
     struct plait_model_consts k;
@@ -704,8 +810,9 @@ static int run_simulate(const struct args *a)
     printf("size %s per call (nccl-tests -b: whole buffer; allgather output / reducescatter input = per-rank x "
            "ranks); constants: %s\n",
            human_size(a->size, hs, sizeof(hs)), origin);
-    printf("machine built in %.1f ms; full replays above %d ranks are skipped (--max-full-ranks)\n\n", build_s * 1e3,
-           a->max_full_ranks);
+    printf("machine built in %.1f ms; algorithms that need the full replay: searched up to %d ranks "
+           "(--max-full-ranks), above it one point within %d s (--full-budget)\n\n",
+           build_s * 1e3, a->max_full_ranks, a->full_budget_s);
     printf("%-14s %-13s %-6s %3s %9s %14s %11s  %-8s %10s\n", "collective", "algorithm", "proto", "ch", "chunk",
            "time_us", "busbw_GB/s", "replay", "model_ms");
 
@@ -755,9 +862,40 @@ static int run_simulate(const struct args *a)
             bool is_reduced = algo > 0 && m.nhosts > 1 &&
                               plait_model_time(&m, &probe, PLAIT_MODEL_REDUCED, &pr) == PLAIT_SUCCESS;
             if (algo > 0 && !is_reduced && n > a->max_full_ranks) {
-                printf("%-14s %-13s skipped: needs the full replay of %d ranks (not rotation-invariant), above "
-                       "--max-full-ranks %d\n",
-                       plait_coll_name(coll), plait_algorithms[algo].name, n, a->max_full_ranks);
+                /* Not rotation-invariant: every rank is replayed. One point,
+                 * within the budget, instead of the tuner's search. */
+                if (a->full_budget_s == 0) {
+                    printf("%-14s %-13s skipped: needs the full replay of %d ranks (not rotation-invariant), above "
+                           "--max-full-ranks %d (--full-budget 0)\n",
+                           plait_coll_name(coll), plait_algorithms[algo].name, n, a->max_full_ranks);
+                    continue;
+                }
+                struct plait_model_call pc;
+                struct plait_model_result r;
+                memset(&r, 0, sizeof(r));
+                char why[256] = "";
+                const double s0 = now_s();
+                const int prc = full_point(&m, &sp, coll, bytes / ESIZE, algo, a->full_budget_s, &pc, &r, why,
+                                           sizeof(why));
+                const double took = now_s() - s0;
+                total_s += took;
+                if (prc == 2) {
+                    printf("%-14s %-13s skipped: the full replay of %d ranks (not rotation-invariant) took more than "
+                           "%d s (--full-budget)\n",
+                           plait_coll_name(coll), plait_algorithms[algo].name, n, a->full_budget_s);
+                    continue;
+                }
+                if (prc == 1) {
+                    printf("%-14s %-13s no prediction: %s\n", plait_coll_name(coll), plait_algorithms[algo].name, why);
+                    continue;
+                }
+                printf("%-14s %-13s %-6s %3d %9llu %14.1f %11.2f  %-8s %10.1f\n", plait_coll_name(coll),
+                       plait_algorithms[algo].name, "simple", pc.nchannels, (unsigned long long)pc.chunk_bytes,
+                       r.time_s * 1e6, r.busbw / 1e9, r.extrapolated ? "full+1pt" : "full 1pt", took * 1e3);
+                if (r.time_s < best_t) {
+                    best_t = r.time_s;
+                    best_name = plait_algorithms[algo].name;
+                }
                 continue;
             }
             struct plait_tune_space one = sp;
@@ -808,7 +946,7 @@ static int run_simulate(const struct args *a)
         printf("\n");
     }
     printf("model time in all: %.2f s (replay: reduced = host 0's ranks only, full = every rank; + = two shorter "
-           "counts extrapolated)\n",
+           "counts extrapolated; 1pt = one point, the most channels and the largest chunk, not searched)\n",
            total_s);
     plait_model_machine_free(&m);
     return status;
@@ -826,7 +964,7 @@ static int run_simulate(const struct args *a)
 #define CAL_DEADLINE_S 60.0
 #define CAL_SLOT 131072 /* the FIFO slot (PLAIT_BUFFSIZE / PLAIT_NSLOTS by default) */
 
-enum bench_kind { BENCH_PINGPONG = 0, BENCH_STREAM, BENCH_ALLREDUCE };
+enum bench_kind { BENCH_PINGPONG = 0, BENCH_STREAM, BENCH_ALLREDUCE, BENCH_ALLGATHER, BENCH_REDUCESCATTER };
 
 struct bench_spec {
     int kind;
@@ -907,6 +1045,13 @@ static int bench_rank(plait_comm_t comm, int rank, int nranks, const struct benc
                     res = end;
                 break;
             }
+            case BENCH_ALLGATHER: /* bytes: the whole output, as nccl-tests' -b */
+                res = plait_allgather(sbuf, rbuf, bytes / 4 / (size_t)nranks, PLAIT_FLOAT32, comm, NULL);
+                break;
+            case BENCH_REDUCESCATTER: /* bytes: the whole input */
+                res = plait_reducescatter(sbuf, rbuf, bytes / 4 / (size_t)nranks, PLAIT_FLOAT32, PLAIT_SUM, comm,
+                                          NULL);
+                break;
             default:
                 res = plait_allreduce(sbuf, rbuf, bytes / 4, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
                 break;
@@ -924,7 +1069,6 @@ static int bench_rank(plait_comm_t comm, int rank, int nranks, const struct benc
             sh->nreps = rep + 1;
         }
     }
-    (void)nranks;
     free(sbuf);
     free(rbuf);
     return res == PLAIT_SUCCESS ? 0 : 1;
@@ -1061,80 +1205,6 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
         failed = 1;
     munmap(sh, sizeof(*sh));
     return failed ? -1 : 0;
-}
-
-struct thread_rank {
-    plait_comm_t comm;
-    int rank, nranks;
-    const struct bench_spec *s;
-    struct bench_shared *sh;
-    int status;
-};
-
-static void *thread_rank_main(void *p)
-{
-    struct thread_rank *t = p;
-    t->status = bench_rank(t->comm, t->rank, t->nranks, t->s, t->sh);
-    return NULL;
-}
-
-/* The same with nranks threads of this process (inproc). env as above, set
- * around the init only. A stuck thread cannot be killed: the per-call
- * deadline (PLAIT_COLL_TIMEOUT, set short here) ends it instead. */
-static int bench_threads(int nranks, const struct bench_spec *s, const char *const *env, double *out, char *why,
-                         size_t whylen)
-{
-    struct bench_shared sh;
-    memset(&sh, 0, sizeof(sh));
-    char *saved[8] = {0};
-    char names[8][64];
-    int nenv = 0;
-    for (; env && env[nenv] && nenv < 8; nenv++) {
-        const char *eq = strchr(env[nenv], '=');
-        snprintf(names[nenv], sizeof(names[nenv]), "%.*s", (int)(eq - env[nenv]), env[nenv]);
-        const char *old = getenv(names[nenv]);
-        saved[nenv] = old ? strdup(old) : NULL;
-        setenv(names[nenv], eq + 1, 1);
-    }
-    plait_comm_t comms[CAL_MAX_RANKS];
-    plait_result_t res = plait_comm_init_all(comms, nranks, NULL);
-    for (int e = 0; e < nenv; e++) {
-        if (saved[e])
-            setenv(names[e], saved[e], 1);
-        else
-            unsetenv(names[e]);
-        free(saved[e]);
-    }
-    if (res != PLAIT_SUCCESS) {
-        snprintf(why, whylen, "plait_comm_init_all: %s (%s)", plait_get_error_string(res),
-                 plait_get_last_error(NULL));
-        return -1;
-    }
-    struct thread_rank tr[CAL_MAX_RANKS];
-    pthread_t th[CAL_MAX_RANKS];
-    int nth = 0;
-    for (int r = 0; r < nranks; r++) {
-        tr[r] = (struct thread_rank){.comm = comms[r], .rank = r, .nranks = nranks, .s = s, .sh = &sh};
-        if (pthread_create(&th[r], NULL, thread_rank_main, &tr[r]) != 0)
-            break;
-        nth++;
-    }
-    int failed = nth < nranks;
-    if (failed)
-        for (int r = 0; r < nranks; r++)
-            plait_comm_abort(comms[r]);
-    for (int r = 0; r < nth; r++) {
-        pthread_join(th[r], NULL);
-        failed |= tr[r].status != 0;
-    }
-    for (int r = 0; r < nranks; r++)
-        plait_comm_destroy(comms[r]);
-    if (failed) {
-        snprintf(why, whylen, "%s", sh.failed ? sh.msg : "a thread failed");
-        return -1;
-    }
-    *out = median(sh.secs, sh.nreps);
-    return 0;
 }
 
 /* ---- memory: copies and reductions, on min(cores, 2) threads at once */
@@ -1386,6 +1456,10 @@ static void say(const char *key, double v, const char *unit_note, const char *ho
 {
     if (strstr(key, "beta") || strstr(key, "gamma"))
         printf("  %-20s = %-12.4g s/B  (%7.2f GB/s)  %s%s\n", key, v, v > 0 ? 1e-9 / v : 0.0, how, unit_note);
+    else if (strstr(key, "cache_bytes"))
+        printf("  %-20s = %-12.4g B    (%8.1f MiB)  %s%s\n", key, v, v / 1048576.0, how, unit_note);
+    else if (strstr(key, "factor") || strstr(key, "speedup"))
+        printf("  %-20s = %-12.4g x                   %s%s\n", key, v, how, unit_note);
     else
         printf("  %-20s = %-12.4g s    (%8.3f us)   %s%s\n", key, v, v * 1e6, how, unit_note);
 }
@@ -1393,6 +1467,210 @@ static void say(const char *key, double v, const char *unit_note, const char *ho
 static void keep_default(const char *key, const char *why)
 {
     printf("  %-20s   not measured (%s): keeps its default\n", key, why);
+}
+
+/* Fitting through the model. Per-byte engine costs and the hand-off are not
+ * what a memcpy loop or a flag shows: the executor's copies run on data the
+ * peer just wrote, between polls, in pieces. So they are set to the values at
+ * which the model reproduces plait's own collectives, measured here
+ * (docs/tuning.md, "Calibration"). */
+
+/* The model's time for `bytes` (nccl-tests' -b: the whole buffer, the whole
+ * output of an allgather, the whole input of a reducescatter) of coll by algo
+ * with the simple protocol and the executor's defaults (what a forced
+ * PLAIT_ALGO runs), on nranks ranks of this host over shm. NAN on failure. */
+static double model_at(const struct plait_model_consts *k, int coll, int algo, int nranks, size_t bytes)
+{
+    const struct plait_topo *topo = NULL;
+    if (plait_topo_get(&topo) != PLAIT_SUCCESS)
+        topo = NULL;
+    struct plait_model_machine m;
+    if (plait_tune_machine_local(&m, nranks, PLAIT_MLINK_SHM, topo, k) != PLAIT_SUCCESS)
+        return NAN;
+    uint64_t count = bytes / 4;
+    if (coll == PLAIT_COLL_ALLGATHER || coll == PLAIT_COLL_REDUCESCATTER)
+        count /= (uint64_t)nranks;
+    struct plait_model_call c;
+    plait_model_call_init(&c, coll, count, 4, algo, PLAIT_MPROTO_SIMPLE);
+    struct plait_model_result r;
+    const double t = plait_model_time(&m, &c, PLAIT_MODEL_FULL, &r) == PLAIT_SUCCESS ? r.time_s : NAN;
+    plait_model_machine_free(&m);
+    return t;
+}
+
+/* Sets *slot (and *slot2 unless NULL) to the x in [lo, hi] at which the
+ * model's time for the call equals `target` (bisection: the time grows with
+ * x). When even a bound misses, x is that bound and *note says so. */
+static double fit_constant(struct plait_model_consts *k, double *slot, double *slot2, double lo, double hi, int coll,
+                           int algo, int nranks, size_t bytes, double target, const char **note)
+{
+    *note = "";
+    /* Which way the time moves with x: probe both bounds. */
+    *slot = lo;
+    if (slot2)
+        *slot2 = lo;
+    const double t_lo = model_at(k, coll, algo, nranks, bytes);
+    *slot = hi;
+    if (slot2)
+        *slot2 = hi;
+    const double t_hi = model_at(k, coll, algo, nranks, bytes);
+    const bool grows = !(t_hi < t_lo);
+    for (int i = 0; i < 60; i++) {
+        const double x = 0.5 * (lo + hi);
+        *slot = x;
+        if (slot2)
+            *slot2 = x;
+        const double t = model_at(k, coll, algo, nranks, bytes);
+        if (!isfinite(t))
+            break;
+        if ((t < target) == grows)
+            lo = x;
+        else
+            hi = x;
+    }
+    const double x = 0.5 * (lo + hi);
+    *slot = x;
+    if (slot2)
+        *slot2 = x;
+    const double t = model_at(k, coll, algo, nranks, bytes);
+    if (isfinite(t) && fabs(t - target) > 0.02 * target)
+        *note = t > target ? " (the model is slower than measured even at the bound)"
+                           : " (the model is faster than measured even at the bound)";
+    return x;
+}
+
+/* A host's last-level cache from sysfs (the highest cache level of cpu0),
+ * or 0 when unknown. */
+static double llc_bytes(void)
+{
+    double best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[64];
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        int level = 0;
+        if (fscanf(f, "%d", &level) != 1)
+            level = 0;
+        fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r")))
+            continue;
+        if (!fgets(buf, sizeof(buf), f))
+            buf[0] = '\0';
+        fclose(f);
+        char *end = NULL;
+        double v = strtod(buf, &end);
+        if (end && (*end == 'K' || *end == 'k'))
+            v *= 1024;
+        else if (end && *end == 'M')
+            v *= 1024 * 1024;
+        if (level > best_level && v > 0) {
+            best_level = level;
+            best = v;
+        }
+    }
+    return best;
+}
+
+/* Measures coll by algo (forced) with `bytes` on nranks processes; NAN on failure. */
+static double measure_coll(int kind, const char *algo_env, int nranks, size_t bytes, int iters, int reps)
+{
+    const char *env[] = {algo_env, "PLAIT_PROTO=simple", NULL};
+    struct bench_spec sp = {.kind = kind, .bytes = bytes, .iters = iters, .reps = reps};
+    char why[300] = "";
+    double v = NAN;
+    if (bench_procs(nranks, &sp, env, &v, why, sizeof(why)) != 0) {
+        printf("  %s on %d ranks, %zu B failed: %s\n", algo_env, nranks, bytes, why);
+        return NAN;
+    }
+    printf("  %-28s %d ranks %9zu B: %10.2f us\n", algo_env, nranks, bytes, v * 1e6);
+    return v;
+}
+
+/* One run of the joint refinement: a collective, forced, on this host. */
+struct cal_point {
+    int kind;            /* enum bench_kind */
+    const char *env;     /* PLAIT_ALGO=... */
+    int coll, algo, nranks;
+    size_t bytes;
+    double meas;         /* seconds, NAN when the run failed */
+};
+
+/* The spread of the model around the points: the mean of
+ * log(model / measured)^2 over the points that ran. */
+static double cal_cost(const struct plait_model_consts *k, const struct cal_point *pt, int n)
+{
+    double sum = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(pt[i].meas) || pt[i].meas <= 0)
+            continue;
+        const double t = model_at(k, pt[i].coll, pt[i].algo, pt[i].nranks, pt[i].bytes);
+        if (!isfinite(t) || t <= 0)
+            return INFINITY;
+        const double e = log(t / pt[i].meas);
+        sum += e * e;
+        used++;
+    }
+    return used ? sum / used : INFINITY;
+}
+
+/* Coordinate descent on the logs of the constants in slots[] (each within
+ * [lo, hi], *slot2s[i] kept equal to *slots[i] when set): a golden-section
+ * search per constant, three sweeps. Returns the final cost. */
+static double cal_refine(struct plait_model_consts *k, double *const *slots, double *const *slot2s, const double *lo,
+                         const double *hi, int nslots, const struct cal_point *pt, int npt)
+{
+    const double g = 0.6180339887498949;
+    double best = cal_cost(k, pt, npt);
+    for (int sweep = 0; sweep < 3; sweep++) {
+        for (int j = 0; j < nslots; j++) {
+            const double keep = *slots[j];
+            double a = log(lo[j]), b = log(hi[j]);
+            double x1 = b - g * (b - a), x2 = a + g * (b - a);
+#define CAL_SET(x)                      \
+    do {                                \
+        *slots[j] = exp(x);             \
+        if (slot2s[j])                  \
+            *slot2s[j] = exp(x);        \
+    } while (0)
+            CAL_SET(x1);
+            double f1 = cal_cost(k, pt, npt);
+            CAL_SET(x2);
+            double f2 = cal_cost(k, pt, npt);
+            for (int it = 0; it < 30; it++) {
+                if (f1 < f2) {
+                    b = x2;
+                    x2 = x1;
+                    f2 = f1;
+                    x1 = b - g * (b - a);
+                    CAL_SET(x1);
+                    f1 = cal_cost(k, pt, npt);
+                } else {
+                    a = x1;
+                    x1 = x2;
+                    f1 = f2;
+                    x2 = a + g * (b - a);
+                    CAL_SET(x2);
+                    f2 = cal_cost(k, pt, npt);
+                }
+            }
+            const double x = f1 < f2 ? x1 : x2, f = f1 < f2 ? f1 : f2;
+            if (f < best) {
+                CAL_SET(x);
+                best = f;
+            } else {
+                *slots[j] = keep;
+                if (slot2s[j])
+                    *slot2s[j] = keep;
+            }
+#undef CAL_SET
+        }
+    }
+    return best;
 }
 
 static int run_calibrate(const struct args *a)
@@ -1504,7 +1782,6 @@ static int run_calibrate(const struct args *a)
     struct bench_spec pp = {.kind = BENCH_PINGPONG, .bytes = 8, .iters = pp_iters, .reps = c.reps};
     static const char *const env_ring[] = {"PLAIT_ALGO=allreduce:ring", "PLAIT_PROTO=simple", "PLAIT_NCHANNELS=1",
                                            NULL};
-    static const char *const env_stream[] = {"PLAIT_PROTO=simple", "PLAIT_CMA=0", NULL};
     double pp_shm = NAN, ring8 = NAN;
     why[0] = '\0';
     if (bench_procs(2, &pp, env_ring, &pp_shm, why, sizeof(why)) == 0)
@@ -1543,33 +1820,68 @@ static int run_calibrate(const struct args *a)
     }
     const double cpu_part = isfinite(call) ? call + step : NAN; /* what a ping-pong pays beside the wire */
 
-    const size_t stream_bytes = 16u << 20; /* beyond the caches, as large calls are */
-    const int stream_iters = a->is_quick ? 5 : 40;
-    struct bench_spec st = {.kind = BENCH_STREAM, .bytes = stream_bytes, .iters = stream_iters, .reps = c.reps};
-    why[0] = '\0';
-    if (bench_procs(2, &st, env_stream, &v, why, sizeof(why)) == 0) {
-        v /= (double)stream_bytes;
-        k.beta[PLAIT_MLINK_SHM] = v;
-        char how[96];
-        snprintf(how, sizeof(how), "2 processes exchanging %zu MiB both ways (simple, no CMA), per byte",
-                 stream_bytes >> 20);
-        say("beta.shm", v, "", how);
+    /* The wire between two cores is a cache line's trip: the bytes are
+     * carried by the engines' copies (fitted below), so beta.shm and
+     * beta.inproc only keep pieces in order: a rate well above a core's copy
+     * rate. */
+    k.beta[PLAIT_MLINK_SHM] = k.beta[PLAIT_MLINK_INPROC] = 1.0 / 100e9;
+    say("beta.shm", k.beta[PLAIT_MLINK_SHM], "", "the engines' copies carry the bytes (set, not measured)");
+    say("beta.inproc", k.beta[PLAIT_MLINK_INPROC], "", "the same between threads (set, not measured)");
+
+    /* Engine per-byte costs, fitted through the model to plait's ring
+     * collectives on 2 processes: a cached size (1 MiB), then one far beyond
+     * the cache (64 MiB) for the memory factor. */
+    printf("\nengine costs, fitted so that the model reproduces plait's ring on 2 processes:\n");
+    const double llc = llc_bytes();
+    if (llc > 0) {
+        k.cache_bytes = llc;
+        say("cache_bytes", llc, "", "the last-level cache of cpu0 (sysfs)");
     } else {
-        printf("  stream failed: %s\n", why);
-        keep_default("beta.shm", "the stream failed");
+        keep_default("cache_bytes", "sysfs does not say");
+    }
+    const int it_small = a->is_quick ? 100 : 400, it_big = a->is_quick ? 3 : 10;
+    const double ag1 = measure_coll(BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", 2, 1u << 20, it_small, c.reps);
+    const double rs1 = measure_coll(BENCH_REDUCESCATTER, "PLAIT_ALGO=reducescatter:ring", 2, 1u << 20, it_small,
+                                    c.reps);
+    const double ag64 = measure_coll(BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", 2, 64u << 20, it_big, c.reps);
+    const char *note = "";
+    k.mem_factor[C] = 1.0; /* 1 MiB calls fit the cache: fit the cached rates first */
+    if (isfinite(ag1)) {
+        v = fit_constant(&k, &k.send_beta[C], &k.copy_beta[C], 0, 1e-8, PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 2,
+                         1u << 20, ag1, &note);
+        say("send_beta.cpu", v, note, "= copy_beta: the model's 1 MiB ring allgather = measured");
+        say("copy_beta.cpu", v, note, "(an allgather only copies: into slots and out of them)");
+    } else {
+        keep_default("send_beta.cpu / copy_beta.cpu", "the allgather failed (memcpy figures kept)");
+        nfailed += 2;
+    }
+    if (isfinite(rs1)) {
+        v = fit_constant(&k, &k.gamma[C], NULL, 0, 1e-8, PLAIT_COLL_REDUCESCATTER, PLAIT_ALGO_RING, 2, 1u << 20, rs1,
+                         &note);
+        say("gamma.cpu", v, note, "the model's 1 MiB ring reducescatter = measured");
+    } else {
+        keep_default("gamma.cpu", "the reducescatter failed (the reduction loop's figure kept)");
         nfailed++;
     }
-
-    /* Threads. */
-    printf("\nplait, 2 threads (inproc):\n");
-    why[0] = '\0';
-    if (bench_threads(2, &st, env_stream, &v, why, sizeof(why)) == 0) {
-        v /= (double)stream_bytes;
-        k.beta[PLAIT_MLINK_INPROC] = v;
-        say("beta.inproc", v, "", "2 threads exchanging (simple, no CMA), per byte");
+    /* Local steps (a rank's own buffers): one-shot allreduce receives every
+     * peer's chunk into SCRATCH, then reduces locally. */
+    const double os1 = measure_coll(BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:oneshot", 2, 1u << 20, it_small,
+                                    c.reps);
+    if (isfinite(os1)) {
+        v = fit_constant(&k, &k.local_speedup[C], NULL, 1.0, 20.0, PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_ONESHOT, 2,
+                         1u << 20, os1, &note);
+        say("local_speedup.cpu", v, note, "the model's 1 MiB one-shot allreduce = measured");
     } else {
-        printf("  stream failed: %s\n", why);
-        keep_default("beta.inproc", "the stream failed");
+        keep_default("local_speedup.cpu", "the one-shot allreduce failed");
+        nfailed++;
+    }
+    if (isfinite(ag64)) {
+        v = fit_constant(&k, &k.mem_factor[C], NULL, 1.0, 10.0, PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 2, 64u << 20,
+                         ag64, &note);
+        say("mem_factor.cpu", v, note, "the model's 64 MiB ring allgather = measured");
+    } else {
+        k.mem_factor[C] = 2.0;
+        keep_default("mem_factor.cpu", "the 64 MiB allgather failed");
         nfailed++;
     }
 
@@ -1590,8 +1902,9 @@ static int run_calibrate(const struct args *a)
         keep_default("alpha.socket", "the ping-pong failed");
         nfailed++;
     }
-    struct bench_spec sst = st;
-    sst.iters = a->is_quick ? 3 : 16;
+    const size_t stream_bytes = 16u << 20;
+    struct bench_spec sst = {.kind = BENCH_STREAM, .bytes = stream_bytes, .iters = a->is_quick ? 3 : 16,
+                             .reps = c.reps};
     why[0] = '\0';
     if (bench_procs(2, &sst, env_sock, &v, why, sizeof(why)) == 0) {
         v /= (double)stream_bytes;
@@ -1603,28 +1916,100 @@ static int run_calibrate(const struct args *a)
         nfailed++;
     }
 
-    /* Time-slicing: both ranks on one core. */
-    printf("\nplait, 2 processes pinned to one core:\n");
-    struct bench_spec pin = pp;
-    pin.is_pinned = true;
-    pin.iters = a->is_quick ? 2000 : 10000;
-    double pp_pin = NAN;
-    why[0] = '\0';
-    if (bench_procs(2, &pin, env_ring, &pp_pin, why, sizeof(why)) == 0 && isfinite(pp_shm)) {
-        printf("  8 B ping-pong, half round trip: %.3f us\n", pp_pin * 1e6);
-        v = pp_pin - pp_shm;
-        const char *note = "";
-        if (v <= 0) {
-            v = pp_pin / 2;
-            note = " (pinned was not slower: half the pinned figure)";
+    /* Time-slicing: more ranks than cores. With fewer than CAL_MAX_RANKS
+     * cores, a ring allreduce on CAL_MAX_RANKS processes is what the hand-off
+     * decides; the model's is fitted to it. With more cores, two processes
+     * pinned to one core show the hand-off of a ping-pong. */
+    if (c.ncores < CAL_MAX_RANKS) {
+        printf("\nplait, %d processes on %d cores (time-sliced):\n", CAL_MAX_RANKS, c.ncores);
+        const double ar16 = measure_coll(BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:ring", CAL_MAX_RANKS, 16384,
+                                         a->is_quick ? 300 : 1500, c.reps);
+        if (isfinite(ar16)) {
+            v = fit_constant(&k, &k.handoff, NULL, 0, 100e-6, PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_RING, CAL_MAX_RANKS,
+                             16384, ar16, &note);
+            say("handoff", v, note, "the model's 16 KiB ring allreduce on more ranks than cores = measured");
+        } else {
+            keep_default("handoff", "the time-sliced allreduce failed");
+            nfailed++;
         }
-        k.handoff = v;
-        say("handoff", v, note, "pinned ping-pong - unpinned ping-pong");
     } else {
-        printf("  ping-pong failed: %s\n", why[0] ? why : "no unpinned figure");
-        keep_default("handoff", "the pinned ping-pong failed");
-        nfailed++;
+        printf("\nplait, 2 processes pinned to one core:\n");
+        struct bench_spec pin = pp;
+        pin.is_pinned = true;
+        pin.iters = a->is_quick ? 2000 : 10000;
+        double pp_pin = NAN;
+        why[0] = '\0';
+        if (bench_procs(2, &pin, env_ring, &pp_pin, why, sizeof(why)) == 0 && isfinite(pp_shm)) {
+            printf("  8 B ping-pong, half round trip: %.3f us\n", pp_pin * 1e6);
+            v = pp_pin - pp_shm;
+            note = "";
+            if (v <= 0) {
+                v = pp_pin / 2;
+                note = " (pinned was not slower: half the pinned figure)";
+            }
+            k.handoff = v;
+            say("handoff", v, note, "pinned ping-pong - unpinned ping-pong");
+        } else {
+            printf("  ping-pong failed: %s\n", why[0] ? why : "no unpinned figure");
+            keep_default("handoff", "the pinned ping-pong failed");
+            nfailed++;
+        }
     }
+
+    /* Joint refinement: the constants above come from one run each; the
+     * model must also hold across rank counts, sizes and algorithms, so the
+     * engine costs, the memory factor, the hand-off and the call overhead are
+     * refined together to minimise the model's mean squared log error over a
+     * small grid of plait's own collectives (docs/tuning.md, "Calibration";
+     * perf/model_check checks the result on a larger grid). */
+    printf("\njoint refinement over plait's collectives (PLAIT_PROTO=simple, algorithm forced):\n");
+    struct cal_point pts[] = {
+        {BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 2, 1u << 20, NAN},
+        {BENCH_REDUCESCATTER, "PLAIT_ALGO=reducescatter:ring", PLAIT_COLL_REDUCESCATTER, PLAIT_ALGO_RING, 2, 1u << 20,
+         NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:oneshot", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_ONESHOT, 2, 1u << 20, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:ring", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_RING, 2, 65536, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:tree", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_TREE, 2, 1u << 20, NAN},
+        {BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 2, 16384, NAN},
+        {BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 2, 64u << 20, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:ring", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_RING, 3, 256u << 10, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:tree", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_TREE, 3, 1u << 20, NAN},
+        {BENCH_ALLGATHER, "PLAIT_ALGO=allgather:ring", PLAIT_COLL_ALLGATHER, PLAIT_ALGO_RING, 4, 65536, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:ring", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_RING, 4, 16384, NAN},
+        {BENCH_ALLREDUCE, "PLAIT_ALGO=allreduce:recursive", PLAIT_COLL_ALLREDUCE, PLAIT_ALGO_RECURSIVE, 4, 1u << 20,
+         NAN},
+        {BENCH_REDUCESCATTER, "PLAIT_ALGO=reducescatter:ring", PLAIT_COLL_REDUCESCATTER, PLAIT_ALGO_RING, 4, 4u << 20,
+         NAN},
+    };
+    const int npts = (int)(sizeof(pts) / sizeof(pts[0]));
+    for (int i = 0; i < npts; i++) {
+        if (pts[i].nranks > c.ncores && c.ncores >= CAL_MAX_RANKS)
+            continue;
+        const int iters = pts[i].bytes >= (16u << 20) ? it_big : pts[i].bytes >= (1u << 20) ? it_small / 4 : it_small;
+        pts[i].meas = measure_coll(pts[i].kind, pts[i].env, pts[i].nranks, pts[i].bytes, iters, c.reps);
+    }
+    const double before = cal_cost(&k, pts, npts);
+    double *const slots[] = {&k.send_beta[C], &k.gamma[C], &k.local_speedup[C], &k.mem_factor[C], &k.handoff,
+                             &k.call_overhead[C], &k.step_overhead[C]};
+    double *const slot2s[] = {&k.copy_beta[C], NULL, NULL, NULL, NULL, NULL, NULL};
+    const double lo[] = {1e-12, 1e-12, 1.0, 1.0, 1e-8, 1e-8, 1e-9};
+    const double hi[] = {1e-9, 1e-9, 20.0, 10.0, 50e-6, 20e-6, 5e-6};
+    const double after =
+        cal_refine(&k, slots, slot2s, lo, hi, (int)(sizeof(slots) / sizeof(slots[0])), pts, npts);
+    printf("  rms log error over the grid: %.3f -> %.3f (about %.0f%% -> %.0f%%)\n", sqrt(before), sqrt(after),
+           (exp(sqrt(before)) - 1) * 100, (exp(sqrt(after)) - 1) * 100);
+    say("send_beta.cpu", k.send_beta[C], "", "refined (= copy_beta.cpu)");
+    say("gamma.cpu", k.gamma[C], "", "refined");
+    say("local_speedup.cpu", k.local_speedup[C], "", "refined");
+    say("mem_factor.cpu", k.mem_factor[C], "", "refined");
+    say("handoff", k.handoff, "", "refined");
+    say("call_overhead.cpu", k.call_overhead[C], "", "refined");
+    say("step_overhead.cpu", k.step_overhead[C], "", "refined");
+    for (int i = 0; i < npts; i++)
+        if (isfinite(pts[i].meas))
+            printf("  %-32s %d ranks %9zu B: measured %10.2f us, model %10.2f us\n", pts[i].env, pts[i].nranks,
+                   pts[i].bytes, pts[i].meas * 1e6,
+                   model_at(&k, pts[i].coll, pts[i].algo, pts[i].nranks, pts[i].bytes) * 1e6);
 
     /* The small-message path. */
     printf("\nsmall-message path (allreduce, PLAIT_PROTO=auto, no algorithm forced):\n");
