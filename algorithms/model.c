@@ -80,21 +80,26 @@ void plait_model_consts_default(struct plait_model_consts *k)
     memset(k, 0, sizeof(*k));
     /* Wires. alpha is the latency of one slot hand-over, beta 1 / the rate of
      * one port each way. */
-    /* Threads of one process: a slot's flag moves between two cores' caches
-     * (~80 ns a line) plus the executor noticing it on its next pass. */
-    k->alpha[PLAIT_MLINK_INPROC] = 0.1 * US;
+    /* The CPU constants below are what `plait-tune --calibrate` found on the
+     * 2-core EPYC VM plait is developed on (docs/tuning.md, 2026-11-30),
+     * rounded: a quiet modern x86 server core is in the same range. Run the
+     * calibration on your machine and point PLAIT_TUNE_CONSTANTS at it.
+     *
+     * Threads of one process: a slot's flag moves between two cores' caches
+     * (a flag ping-pong: 0.06 us one way; 0.27 when the vCPUs sit far apart). */
+    k->alpha[PLAIT_MLINK_INPROC] = 0.06 * US;
     /* Processes of one host: the same through a shared mapping, plus the
      * polling loop of another process. */
-    k->alpha[PLAIT_MLINK_SHM] = 0.2 * US;
-    /* The copies of both ends are the engines' (send_beta, copy_beta); the port
-     * only carries the lines between caches, which a socket's fabric does at
-     * several times one core's copy rate: rarely the bottleneck. */
-    k->beta[PLAIT_MLINK_INPROC] = GBPS(60.0);
-    k->beta[PLAIT_MLINK_SHM] = GBPS(60.0);
-    /* TCP: a send()/recv() pair through the kernel is ~15 us of round trip on
-     * loopback; the kernel's two copies move ~3 GB/s per stream. */
-    k->alpha[PLAIT_MLINK_SOCKET] = 15.0 * US;
-    k->beta[PLAIT_MLINK_SOCKET] = GBPS(3.0);
+    k->alpha[PLAIT_MLINK_SHM] = 0.06 * US;
+    /* The copies of both ends are the engines' (send_beta, copy_beta, fitted
+     * on plait's own collectives, which include the lines' trip between
+     * cores); the port only keeps pieces in order: well above a core's rate. */
+    k->beta[PLAIT_MLINK_INPROC] = GBPS(100.0);
+    k->beta[PLAIT_MLINK_SHM] = GBPS(100.0);
+    /* TCP on loopback: a 8-byte ping-pong through plait is ~6 us one way;
+     * a 16 MiB exchange moves ~2.1 GB/s (the kernel's two copies). */
+    k->alpha[PLAIT_MLINK_SOCKET] = 6.0 * US;
+    k->beta[PLAIT_MLINK_SOCKET] = GBPS(2.1);
     /* GPU links: NCCL's public tuning model (src/graph/tuning.cc) charges a
      * Simple-protocol ring step 3.4 us on NVLink, ~5.7 us on PCIe and ~14 us
      * over the network (its hwLat tables); a step there is one slot, a piece
@@ -108,18 +113,19 @@ void plait_model_consts_default(struct plait_model_consts *k)
     k->alpha[PLAIT_MLINK_NET] = 14.0 * US;
     k->beta[PLAIT_MLINK_NET] = GBPS(50.0);
 
-    /* CPU engine: one core of a current x86 server. A memcpy that misses the
-     * cache streams 10-20 GB/s per core; 12 GB/s is the middle of what
-     * perf/membw measures on such cores. A reduction reads two inputs and
-     * writes one, vectorised: about the same rate per output byte (10 GB/s). */
-    k->send_beta[PLAIT_MENGINE_CPU] = GBPS(12.0);
-    k->copy_beta[PLAIT_MENGINE_CPU] = GBPS(12.0);
-    k->gamma[PLAIT_MENGINE_CPU] = GBPS(10.0);
+    /* CPU engine, data in the caches (a 1 MiB ring allgather and
+     * reducescatter on 2 processes, refined over a grid of collectives):
+     * copies into and out of slots ~55 GB/s, a float sum ~34 GB/s per output
+     * byte. Beyond the cache mem_factor applies (~12 GB/s for a copy). */
+    k->send_beta[PLAIT_MENGINE_CPU] = GBPS(55.0);
+    k->copy_beta[PLAIT_MENGINE_CPU] = GBPS(55.0);
+    k->gamma[PLAIT_MENGINE_CPU] = GBPS(34.0);
     /* A step: the generator call and the task's bookkeeping, a few hundred
-     * instructions. A call: argument checks, the op and its tasks, the
-     * executor's wake-up (~3,800 instructions end to end, fastpath.c). */
-    k->step_overhead[PLAIT_MENGINE_CPU] = 0.1 * US;
-    k->call_overhead[PLAIT_MENGINE_CPU] = 0.3 * US;
+     * instructions (0.05 us). A call: argument checks, the op and its tasks,
+     * the executor's first pass (0.1 us; the refinement puts most of a small
+     * call's time in its steps and hand-overs). */
+    k->step_overhead[PLAIT_MENGINE_CPU] = 0.05 * US;
+    k->call_overhead[PLAIT_MENGINE_CPU] = 0.1 * US;
     /* GPU engine: the kernel's threads write straight over NVLink/PCIe into the
      * peer's slot, so sending costs no extra pass (send_beta 0). Copies and
      * reductions stream HBM (~3 TB/s on an H100): a copy reads and writes each
@@ -133,17 +139,18 @@ void plait_model_consts_default(struct plait_model_consts *k)
      * base latency (8.4 us in tuning.cc). */
     k->step_overhead[PLAIT_MENGINE_GPU] = 0.1 * US;
     k->call_overhead[PLAIT_MENGINE_GPU] = 8.4 * US;
-    /* More ranks than cores: a rank that waited yields its core; getting it
-     * back is a futex wake and a context switch, 2-5 us on Linux. */
-    k->handoff = 3.0 * US;
+    /* More ranks than cores: a rank that waited yields its core to the rank
+     * sharing it; getting it back is a sched_yield round, ~0.6 us (fitted on
+     * 3 and 4 processes on 2 cores). */
+    k->handoff = 0.6 * US;
 
     /* LL on the CPU (fastpath.c): per peer, one cache line hand-off each way
-     * (~80 ns) and the tag check; per byte, the push into the peer's box and
-     * the read of the peer's box, each a copy at cache rates (~20 GB/s each,
-     * 10 GB/s for both); per call, the checks and the sequence numbers. */
-    k->ll_alpha[PLAIT_MENGINE_CPU] = 0.15 * US;
-    k->ll_beta[PLAIT_MENGINE_CPU] = GBPS(10.0);
-    k->ll_call[PLAIT_MENGINE_CPU] = 0.2 * US;
+     * (the flag latency) and the tag check; per byte, the push into the
+     * peer's box and the read of it (18 GB/s for both, from 2-rank allreduces
+     * of 8 B and 4 KiB); per call, the checks and the sequence numbers. */
+    k->ll_alpha[PLAIT_MENGINE_CPU] = 0.06 * US;
+    k->ll_beta[PLAIT_MENGINE_CPU] = GBPS(18.0);
+    k->ll_call[PLAIT_MENGINE_CPU] = 0.07 * US;
     /* LL on the GPU: NCCL's LL base latency (~4.4 us, kernel launch
      * included), ~0.6 us per NVLink hop, and LL's half-rate payload (8 bytes
      * of flag per 8 of data): NCCL caps LL near 88 GB/s on one node; 80. */
@@ -152,18 +159,18 @@ void plait_model_consts_default(struct plait_model_consts *k)
     k->ll_call[PLAIT_MENGINE_GPU] = 4.4 * US;
 
     /* Memory regime: a server's last-level cache is tens of MiB (32 MiB on
-     * the 2-core VM plait is developed on, one EPYC CCD); past it a copy runs
-     * at about half its cache rate (plait-tune --calibrate measured 1.7-2.4x
-     * on that VM). A GPU's copy and reduction rates above are HBM rates
+     * the 2-core VM plait is developed on, one EPYC CCD); past it the engine
+     * costs grow by mem_factor (4.5 refined over the calibration grid on
+     * that VM: a 64 MiB ring allgather runs at ~12 GB/s per copy). A GPU's copy and reduction rates above are HBM rates
      * already: factor 1. */
     k->cache_bytes = 32.0 * 1024 * 1024;
-    k->mem_factor[PLAIT_MENGINE_CPU] = 2.0;
+    k->mem_factor[PLAIT_MENGINE_CPU] = 4.5;
     k->mem_factor[PLAIT_MENGINE_GPU] = 1.0;
     /* copy_beta and gamma are rates of data another core just wrote (cache
      * lines moving between cores); a rank's copies between its own buffers
      * run from its own cache, about twice as fast on the development VM
      * (one-shot allreduce, calibrated). A GPU's are HBM either way. */
-    k->local_speedup[PLAIT_MENGINE_CPU] = 2.0;
+    k->local_speedup[PLAIT_MENGINE_CPU] = 1.9;
     k->local_speedup[PLAIT_MENGINE_GPU] = 1.0;
 }
 
