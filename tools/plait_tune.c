@@ -128,28 +128,34 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 done, 1 failure (a file, a measurement, the model), 2 usage error.\n";
 
+/* One message on stderr, "plait-tune: ..." and, for usage errors, a hint at
+ * --help; returns code (the exit status). */
+static int vreport(int code, bool hint, const char *fmt, va_list ap)
+{
+    fputs("plait-tune: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(hint ? "\n(plait-tune --help lists the options)\n" : "\n", stderr);
+    return code;
+}
+
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("plait-tune: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    const int code = vreport(EXIT_USAGE, true, fmt, ap);
     va_end(ap);
-    fputs("\n(plait-tune --help lists the options)\n", stderr);
-    return EXIT_USAGE;
+    return code;
 }
 
 static int failure(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int failure(const char *fmt, ...)
 {
     va_list ap;
-    fputs("plait-tune: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    const int code = vreport(EXIT_FAILURE, false, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return EXIT_FAILURE;
+    return code;
 }
 
 /* A file or value named on the command line that cannot be used: a usage
@@ -158,12 +164,10 @@ static int bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 static int bad_input(const char *fmt, ...)
 {
     va_list ap;
-    fputs("plait-tune: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    const int code = vreport(EXIT_USAGE, false, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return EXIT_USAGE;
+    return code;
 }
 
 /* ---------------------------------------------------------------- parsing */
