@@ -459,7 +459,7 @@ uint64_t plait_model_consts_hash(const struct plait_model_consts *k)
 {
     /* FNV-1a over every value's bits in key order (not over the struct's
      * bytes: no padding or layout enters the hash). */
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0xcbf29ce484222325ull ^ PLAIT_MODEL_VERSION;
     struct plait_model_consts copy = *k;
     for (size_t gi = 0; gi < NGROUPS; gi++) {
         for (int i = 0; i < group_width(&key_groups[gi]); i++) {
@@ -1149,7 +1149,7 @@ static int step_symmetric(struct sim *s, struct task *t, int has)
         }
         if (!same) {
             s->is_asymmetric = 1;
-            s->status = plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+            s->status = plait_error_quiet(PLAIT_ERR_INVALID_ARGUMENT,
                                     "plait_model_time: %s is not invariant under rotation by hosts for this call "
                                     "(step %llu of rank %d channel %d differs on host %d): no reduced replay",
                                     plait_algorithms[s->c->algo].name, (unsigned long long)t->idx, t->rank, t->ch,
@@ -1491,7 +1491,7 @@ static plait_result_t sim_init(struct sim *s, const struct plait_model_machine *
         plait_result_t r = s->status;
         sim_free(s);
         return r ? r
-                 : plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                 : plait_error_quiet(PLAIT_ERR_INVALID_ARGUMENT,
                                "plait_model_time: the reduced replay needs hosts of equal size and ring orders "
                                "invariant under rotation by whole hosts");
     }

@@ -137,7 +137,11 @@ plait_result_t plait_model_consts_parse(const char *text, size_t len, const char
                                         struct plait_model_consts *k);
 /* Writes every key (with a comment line per group). */
 plait_result_t plait_model_consts_save(const char *path, const struct plait_model_consts *k, const char *comment);
-/* A hash of the table's bits: ranks compare it at init. */
+/* A hash of the table's bits and of PLAIT_MODEL_VERSION: ranks compare it at
+ * init, so that ranks running different models (another plait build) do not
+ * decide differently in silence. Bump the version with any change to what
+ * plait_model_time computes. */
+#define PLAIT_MODEL_VERSION 1u
 uint64_t plait_model_consts_hash(const struct plait_model_consts *k);
 
 /* The machine a call runs on. Built by the tuner from a communicator or by

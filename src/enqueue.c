@@ -232,7 +232,9 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
      * what each rank sends each peer on the small-message path: count is per
      * rank for allgather, reducescatter and alltoall. */
     struct plait_tune_choice choice;
-    plait_tuner_choose(comm, coll, (uint64_t)count * esize, (int)esize, &choice);
+    plait_result_t tres = plait_tuner_choose(comm, coll, (uint64_t)count * esize, (int)esize, &choice);
+    if (tres)
+        return tres; /* the tuner's message names the rank and the call */
     /* The first call of a size bucket runs the model (milliseconds, holding
      * the communicator busy): a plait_comm_abort from another thread may have
      * waited for it and released the boxes and connections meanwhile. The

@@ -34,7 +34,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_HOSTID", NULL, "",
      "Host identity used to group ranks into nodes. Default: host name plus network namespace, so namespaces act as "
      "separate hosts."},
-    {"PLAIT_NCHANNELS", NULL, "2", "Ring channels per collective (1..32)."},
+    {"PLAIT_NCHANNELS", NULL, "2",
+     "Channels a communicator connects (1..32): the most a collective uses; the tuner picks per call (docs/tuning.md)."},
     {"PLAIT_NSLOTS", NULL, "4", "FIFO depth: slots per connection and direction (2..64)."},
     {"PLAIT_BUFFSIZE", "NCCL_BUFFSIZE", "524288",
      "Bytes of FIFO per connection and direction; a slot is BUFFSIZE/NSLOTS (rounded down to 64 bytes)."},
@@ -63,8 +64,8 @@ const struct plait_env_var plait_env_table[] = {
      "Tuning rules that override the cost model: lines \"collective size-range algorithm [protocol]\" (\"allreduce "
      "0-4K oneshot\", \"allgather 1M-inf ring simple\", \"broadcast * tree\"; sizes in bytes per rank as "
      "plait_algo_select counts them, K/M/G suffixes, lo <= bytes < hi; protocol simple or ll), # comments; the "
-     "first matching line wins, a call no line matches is the model's. A file that cannot be read or is malformed "
-     "fails init with the file, line and reason; every rank must load the same rules (init compares them). "
+     "first matching line wins, a call no line matches is the model's. A file that cannot be read, is malformed or "
+     "holds no rule fails init with the file, line and reason; every rank must load the same rules (init compares them). "
      "PLAIT_ALGO wins over it. NCCL has no equivalent (NCCL_TUNER_PLUGIN loads code, not rules)."},
     {"PLAIT_TUNE_CONSTANTS", NULL, "",
      "The cost model's constants (\"key = value\" lines as plait-tune --calibrate writes them: alpha.shm, "
@@ -75,7 +76,8 @@ const struct plait_env_var plait_env_table[] = {
      "Upper bound on channels (CTAs on a GPU), like the config's max_ctas: 0..64 as NCCL accepts; plait runs at most "
      "32 channels."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "",
-     "Lower bound on channels (CTAs on a GPU), like the config's min_ctas: 0..64; plait runs at most 32 channels."},
+     "Lower bound on channels (CTAs on a GPU), like the config's min_ctas: 0..64; plait runs at most 32 channels. "
+     "Also the fewest channels the tuner gives a call."},
     {"PLAIT_RANK", NULL, "", "plait_comm_init_from_env: this process's rank; looked for before the launchers' variables."},
     {"PLAIT_NRANKS", NULL, "", "plait_comm_init_from_env: number of ranks."},
     {"PLAIT_TOPO_FILE", NULL, "",

@@ -173,6 +173,13 @@ static void vlog(int level, unsigned subsys, const char *fmt, va_list ap)
     pthread_mutex_unlock(&log_mutex);
 }
 
+int plait_log_enabled(int level, unsigned subsys)
+{
+    if (level > plait_log_level())
+        return 0;
+    return level <= PLAIT_LOG_WARN || (__atomic_load_n(&log_mask, __ATOMIC_RELAXED) & subsys) != 0;
+}
+
 void plait_log(int level, unsigned subsys, const char *fmt, ...)
 {
     if (level > plait_log_level())
@@ -193,6 +200,15 @@ plait_result_t plait_error(plait_result_t result, const char *fmt, ...)
     va_end(ap);
     if (plait_log_level() >= PLAIT_LOG_WARN)
         plait_log(PLAIT_LOG_WARN, PLAIT_SUBSYS_ALL, "%s", last_error);
+    return result;
+}
+
+plait_result_t plait_error_quiet(plait_result_t result, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
     return result;
 }
 

@@ -30,6 +30,10 @@ void plait_log_configure(void);
 /* Current level, for callers that want to avoid building expensive messages. */
 int plait_log_level(void);
 
+/* Whether a message of this level and subsystem would be written: callers
+ * that build an expensive message ask first. */
+int plait_log_enabled(int level, unsigned subsys);
+
 /* Writes one line "host:pid:tid plait LEVEL [SUBSYS] message" to the log file
  * (stderr by default) when level and subsystem are enabled. */
 void plait_log(int level, unsigned subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -43,6 +47,9 @@ void plait_log(int level, unsigned subsys, const char *fmt, ...) __attribute__((
  *     return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_allreduce: recvbuff is NULL");
  * The message is also logged at WARN under `subsys`-less "ERROR" when logging is on. */
 plait_result_t plait_error(plait_result_t result, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same without the WARN line: for failures the caller expects and acts
+ * on (the cost model's "no reduced replay here", which falls back). */
+plait_result_t plait_error_quiet(plait_result_t result, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prepends "context: " to the calling thread's last-error message. Returns result. */
 plait_result_t plait_error_context(plait_result_t result, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -282,6 +282,31 @@ static plait_result_t candidates(const struct plait_model_machine *m, const stru
     return PLAIT_SUCCESS;
 }
 
+plait_result_t plait_tune_pick(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                               uint64_t bytes, int *algo, int *proto)
+{
+    /* What fill_entry caches for the bucket and choose() takes for this size. */
+    const uint64_t rep = bucket_lo(plait_tune_bucket(bytes));
+    const int esize = rep % 4 == 0 ? 4 : 1;
+    struct plait_tune_candidate cand[PLAIT_ALGO_COUNT + 1];
+    int n = 0, best = -1;
+    plait_result_t s = candidates(m, sp, coll, rep, esize, PLAIT_ALGO_AUTO, 1, cand, PLAIT_ALGO_COUNT + 1, &n, &best);
+    if (s)
+        return s;
+    const int sbest = pick_best(cand, n, PLAIT_MPROTO_SIMPLE);
+    if (best >= 0 && cand[best].choice.proto == PLAIT_MPROTO_LL && ll_fits(m, coll, bytes)) {
+        *algo = PLAIT_ALGO_AUTO;
+        *proto = PLAIT_MPROTO_LL;
+        return PLAIT_SUCCESS;
+    }
+    if (sbest < 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_pick: no algorithm models %s on %d ranks",
+                           plait_coll_name(coll), m->nranks);
+    *algo = cand[sbest].choice.algo;
+    *proto = PLAIT_MPROTO_SIMPLE;
+    return PLAIT_SUCCESS;
+}
+
 plait_result_t plait_tune_candidates(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
                                      uint64_t bytes, int esize, struct plait_tune_candidate *out, int max, int *n,
                                      int *best)
@@ -729,12 +754,13 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
     const int shape_hosts = comm->nhosts >= 1 && n % comm->nhosts == 0 ? comm->nhosts : 1;
     plait_result_t s = plait_model_machine_uniform(m, n, shape_hosts, PLAIT_MENGINE_CPU, intra_link(comm),
                                                    PLAIT_MLINK_SOCKET, &t->k);
-    if (s) {
-        /* Without a machine the default rule decides: the call paths never fail
-         * for want of a model. */
-        PLAIT_WARN(PLAIT_SUBSYS_TUNING, "rank %d: no model machine (%s): the default rule chooses", comm->rank,
-                   plait_last_error_get());
-    } else {
+    /* Every rank must decide alike: a rank that could not build its machine
+     * (out of memory) would choose by another rule than its peers, so init
+     * fails instead. */
+    if (s)
+        return plait_error(PLAIT_ERR_SYSTEM, "rank %d: the tuner's model machine: %s", comm->rank,
+                           plait_last_error_get());
+    {
         t->has_machine = 1;
         m->nhosts = comm->nhosts;
         memcpy(m->host_of, comm->host_of, sizeof(int32_t) * (size_t)n);
@@ -747,16 +773,16 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
         if (comm->ring_order && comm->ring_pos) {
             const size_t sz = sizeof(int32_t) * (size_t)comm->nchannels * (size_t)n;
             int32_t *order = malloc(sz), *pos = malloc(sz);
-            if (order && pos) {
-                memcpy(order, comm->ring_order, sz);
-                memcpy(pos, comm->ring_pos, sz);
-                m->order = order;
-                m->pos = pos;
-                m->norder = comm->nchannels;
-            } else {
+            if (!order || !pos) {
                 free(order);
                 free(pos);
+                return plait_error(PLAIT_ERR_SYSTEM, "rank %d: the tuner's ring orders: out of memory", comm->rank);
             }
+            memcpy(order, comm->ring_order, sz);
+            memcpy(pos, comm->ring_pos, sz);
+            m->order = order;
+            m->pos = pos;
+            m->norder = comm->nchannels;
         }
     }
     for (int c = 0; c < PLAIT_COLL_COUNT; c++)
@@ -852,6 +878,10 @@ static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tun
     m.ll_ok = m.ll_ok && t->ll_for[coll];
     plait_result_t s = candidates(&m, &t->sp, coll, rep, esize, only, only == PLAIT_ALGO_AUTO, cand,
                                   PLAIT_ALGO_COUNT + 1, &n, &best);
+    /* Out of memory is this rank's alone: its peers may decide by the model,
+     * so no answer (not even the default rule's) is cached; the call fails. */
+    if (s == PLAIT_ERR_SYSTEM)
+        return 0;
     if (s || best < 0)
         return only == PLAIT_ALGO_AUTO ? default_entry(comm, coll, rep)
                                        : pack(0, 1, only, comm->nchannels, E_CHUNK_MAX, 0.0f);
@@ -935,32 +965,33 @@ static int ll_here(const struct plait_comm *comm, const struct plait_tuner *t, i
     return coll == PLAIT_COLL_BARRIER || (bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES);
 }
 
-static void choose(struct plait_comm *comm, int coll, uint64_t bytes, struct plait_tune_choice *out)
+/* 0, or PLAIT_ERR_SYSTEM when the model ran out of memory (nothing cached). */
+static plait_result_t choose(struct plait_comm *comm, int coll, uint64_t bytes, struct plait_tune_choice *out)
 {
     struct plait_tuner *t = comm->tuner;
     const uint64_t max_chunk = t ? t->sp.max_chunk_bytes : comm->set.chunk_bytes;
     if (coll < 0 || coll >= PLAIT_COLL_COUNT || !plait_coll_is_scheduled(coll)) {
         set_choice(out, PLAIT_ALGO_RING, PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk, PLAIT_TUNE_SRC_DEFAULT, 0);
-        return;
+        return PLAIT_SUCCESS;
     }
     /* PLAIT_ALGO: as before the tuner, all channels and the configured chunk. */
     const int forced = comm->set.algo[coll];
     if (forced != PLAIT_ALGO_AUTO && plait_algorithms[forced].supports(coll, comm->nranks)) {
         set_choice(out, forced, PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk, PLAIT_TUNE_SRC_FORCED, 0);
-        return;
+        return PLAIT_SUCCESS;
     }
     if (!t) {
         const uint64_t e = default_entry(comm, coll, bytes);
         set_choice(out, (int)((e >> 3) & 31), PLAIT_MPROTO_SIMPLE, comm->nchannels, max_chunk,
                    PLAIT_TUNE_SRC_DEFAULT, 0);
-        return;
+        return PLAIT_SUCCESS;
     }
     const int b = plait_tune_bucket(bytes);
     const struct plait_tune_rule *rule = t->rules.n ? plait_tune_rules_match(&t->rules, coll, bytes, comm->nranks) : NULL;
     if (rule) {
         if (rule->proto == PLAIT_MPROTO_LL && ll_here(comm, t, coll, bytes)) {
             set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, PLAIT_TUNE_SRC_FILE, 0);
-            return;
+            return PLAIT_SUCCESS;
         }
         /* The algorithm's best channels and chunk, cached per bucket with its
          * algorithm: a bucket that two rules split recomputes, the answer is
@@ -968,17 +999,21 @@ static void choose(struct plait_comm *comm, int coll, uint64_t bytes, struct pla
         uint64_t e = __atomic_load_n(&t->rule_cache[coll][b], __ATOMIC_ACQUIRE);
         if (!(e & E_VALID) || (int)((e >> 3) & 31) != rule->algo) {
             e = fill_locked(comm, t, coll, b, rule->algo);
+            if (!(e & E_VALID))
+                return PLAIT_ERR_SYSTEM;
             __atomic_store_n(&t->rule_cache[coll][b], e, __ATOMIC_RELEASE);
         }
         set_choice(out, rule->algo, PLAIT_MPROTO_SIMPLE, (int)((e >> 8) & 255),
                    chunk_of(&t->sp, (unsigned)((e >> 16) & 63)), PLAIT_TUNE_SRC_FILE, unpack_time(e));
-        return;
+        return PLAIT_SUCCESS;
     }
     /* The entry is published whole by one release store; a thread that finds
      * it empty computes the same bits (the model is pure) and stores them too. */
     uint64_t e = __atomic_load_n(&t->cache[coll][b], __ATOMIC_ACQUIRE);
     if (!(e & E_VALID)) {
         e = fill_locked(comm, t, coll, b, PLAIT_ALGO_AUTO);
+        if (!(e & E_VALID))
+            return PLAIT_ERR_SYSTEM;
         __atomic_store_n(&t->cache[coll][b], e, __ATOMIC_RELEASE);
     }
     const int dflt = (e & E_DEFAULT) != 0;
@@ -989,20 +1024,29 @@ static void choose(struct plait_comm *comm, int coll, uint64_t bytes, struct pla
     if (want_ll && ll_here(comm, t, coll, bytes)) {
         set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, dflt ? PLAIT_TUNE_SRC_DEFAULT : PLAIT_TUNE_SRC_MODEL,
                    0);
-        return;
+        return PLAIT_SUCCESS;
     }
     int algo = (int)((e >> 3) & 31);
     if (dflt) /* the default rule is per size, not per bucket */
         algo = plait_algo_select(coll, bytes, comm->nranks, comm->nhosts, comm->set.algo)->id;
     set_choice(out, algo, PLAIT_MPROTO_SIMPLE, (int)((e >> 8) & 255), chunk_of(&t->sp, (unsigned)((e >> 16) & 63)),
                dflt ? PLAIT_TUNE_SRC_DEFAULT : PLAIT_TUNE_SRC_MODEL, unpack_time(e));
+    return PLAIT_SUCCESS;
 }
 
-void plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t bytes, int esize, struct plait_tune_choice *out)
+plait_result_t plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t bytes, int esize,
+                                  struct plait_tune_choice *out)
 {
-    choose(comm, coll, bytes, out);
+    if (choose(comm, coll, bytes, out))
+        return plait_error(PLAIT_ERR_SYSTEM, "rank %d: the tuner ran out of memory modelling %s of %llu B",
+                           comm->rank, plait_coll_name(coll), (unsigned long long)bytes);
     if (out->nchannels > comm->nchannels)
         out->nchannels = (uint8_t)comm->nchannels;
-    if (plait_log_level() >= PLAIT_LOG_INFO)
+    /* PLAIT_MIN_CTAS / the config's minCTAs: a lower bound per call too. */
+    const int min_ch = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
+    if (out->proto == PLAIT_MPROTO_SIMPLE && min_ch > 0 && out->nchannels < min_ch)
+        out->nchannels = (uint8_t)(min_ch < comm->nchannels ? min_ch : comm->nchannels);
+    if (plait_log_enabled(PLAIT_LOG_INFO, PLAIT_SUBSYS_TUNING))
         log_choice(comm, coll, bytes, esize, out);
+    return PLAIT_SUCCESS;
 }

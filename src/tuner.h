@@ -60,6 +60,13 @@ plait_result_t plait_tune_candidates(const struct plait_model_machine *m, const 
                                      uint64_t bytes, int esize, struct plait_tune_candidate *out, int max, int *n,
                                      int *best);
 
+/* The (algorithm, protocol) a communicator's tuner takes for a call of
+ * `bytes` on m without rules or forcing: the candidates of its size bucket's
+ * lower edge (what the cache models), LL when that is best and this size fits
+ * it, else the best schedule. What plait-tune --explain marks as the pick. */
+plait_result_t plait_tune_pick(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                               uint64_t bytes, int *algo, int *proto);
+
 /* Tuning files (PLAIT_TUNE_FILE): lines "collective  size-range  algorithm
  * [protocol]", e.g. "allreduce 0-4K oneshot" or "allgather 1M-inf ring simple";
  * '#' comments. Ranges are lo <= bytes < hi with K/M/G suffixes (powers of
@@ -68,7 +75,7 @@ struct plait_tune_rule {
     int coll;        /* enum plait_coll */
     uint64_t lo, hi; /* lo <= bytes < hi (hi UINT64_MAX: no bound) */
     int algo;        /* enum plait_algo_id */
-    int proto;       /* enum plait_model_proto, -1: the tuner's */
+    int proto;       /* enum plait_model_proto, -1: none named (the simple protocol) */
     int line;
 };
 
@@ -122,9 +129,13 @@ plait_result_t plait_tuner_init(struct plait_comm *comm);
 void plait_tuner_free(struct plait_comm *comm);
 
 /* The choice for a call: forced (PLAIT_ALGO / PLAIT_PROTO), else the tuning
- * file, else the cached or newly modelled choice for (coll, bucket). Logs the
- * decision at INFO under PLAIT_DEBUG_SUBSYS=TUNING. Never fails: without a
- * model it falls back to the default rule (plait_algo_select). */
-void plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t bytes, int esize, struct plait_tune_choice *out);
+ * file, else the cached or newly modelled choice for (coll, bucket); at
+ * least PLAIT_MIN_CTAS / minCTAs channels. Logs the decision at INFO under
+ * PLAIT_DEBUG_SUBSYS=TUNING. Fails (PLAIT_ERR_SYSTEM, nothing cached) only
+ * when the model runs out of memory: another rank may have decided by the
+ * model, so this one must not guess. Collectives the model does not cover
+ * take the default rule (plait_algo_select). */
+plait_result_t plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t bytes, int esize,
+                                  struct plait_tune_choice *out);
 
 #endif

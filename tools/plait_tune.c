@@ -671,6 +671,17 @@ static int run_explain(const struct args *a)
             }
             if (nc == 0 && !a->is_tsv)
                 printf("  %10s  (no candidate applies)\n", human_size(size, hs, sizeof(hs)));
+            /* The pick is what a communicator's tuner takes for this size (its
+             * bucket's decision), which may differ from the fastest row here
+             * when the size is not its bucket's lower edge. */
+            int pick_algo = -1, pick_proto = -1;
+            if (nc > 0 && plait_tune_pick(&m, &sp, a->coll, bytes, &pick_algo, &pick_proto) == PLAIT_SUCCESS) {
+                best = -1;
+                for (int i = 0; i < nc && best < 0; i++)
+                    if (cands[i].choice.proto == pick_proto &&
+                        (pick_proto == PLAIT_MPROTO_LL || cands[i].choice.algo == pick_algo))
+                        best = i;
+            }
             for (int i = 0; i < nc; i++) {
                 const struct plait_tune_choice *c = &cands[i].choice;
                 const struct plait_model_result *r = &cands[i].result;
