@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "tool_run.h"
 #include "topo.h"
 
 #define RUN_TIMEOUT_S 30.0
@@ -30,18 +31,9 @@
 
 /* ---------------------------------------------------------------- running the tool */
 
-struct run {
-    int status;     /* exit status, or 128 + signal */
-    bool timed_out; /* killed at the deadline */
-    char *out, *err;
-};
-
 static const char *tool_path(void)
 {
-    const char *p = getenv("PLAIT_TEST_TOPO_TOOL");
-    cr_assert(p && *p, "PLAIT_TEST_TOPO_TOOL is not set (run this test through meson test)");
-    cr_assert(access(p, X_OK) == 0, "plait-topo is not built at %s: %s", p, strerror(errno));
-    return p;
+    return tool_run_path("PLAIT_TEST_TOPO_TOOL", "plait-topo");
 }
 
 static const char *fixtures_dir(void)
@@ -53,89 +45,9 @@ static const char *fixtures_dir(void)
     return dir;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static char *read_all(FILE *f)
-{
-    fflush(f);
-    if (fseek(f, 0, SEEK_END) != 0)
-        return strdup("");
-    long len = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)(len > 0 ? len : 0) + 1);
-    cr_assert(buf);
-    size_t got = len > 0 ? fread(buf, 1, (size_t)len, f) : 0;
-    buf[got] = '\0';
-    return buf;
-}
-
-/* Runs the tool with `args` (NULL-terminated, without argv[0]). Output goes to
- * files rather than pipes so that a chatty tool cannot block on a full pipe
- * while we wait for it. */
 static struct run run_tool(const char *const *args)
 {
-    const char *tool = tool_path();
-    const char *argv[64];
-    int argc = 0;
-    argv[argc++] = tool;
-    for (int i = 0; args[i]; i++) {
-        cr_assert(argc < 63, "too many arguments");
-        argv[argc++] = args[i];
-    }
-    argv[argc] = NULL;
-
-    FILE *out = tmpfile(), *err = tmpfile();
-    cr_assert(out && err, "tmpfile: %s", strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fileno(out), STDOUT_FILENO);
-        dup2(fileno(err), STDERR_FILENO);
-        execv(tool, (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", tool, strerror(errno));
-        _exit(127);
-    }
-
-    struct run r = {.status = -1};
-    double deadline = now_s() + RUN_TIMEOUT_S;
-    int status = 0;
-    for (;;) {
-        pid_t p = waitpid(pid, &status, WNOHANG);
-        if (p == pid)
-            break;
-        if (now_s() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            r.timed_out = true;
-            break;
-        }
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_all(out);
-    r.err = read_all(err);
-    fclose(out);
-    fclose(err);
-
-    /* Every failure message below carries the command line. */
-    char cmd[1024] = "";
-    for (int i = 0; argv[i]; i++)
-        snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), "%s%s", i ? " " : "", i ? argv[i] : "plait-topo");
-    cr_assert(!r.timed_out, "%s: still running after %.0f s (killed)", cmd, RUN_TIMEOUT_S);
-    return r;
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
+    return tool_run(tool_path(), "plait-topo", RUN_TIMEOUT_S, args);
 }
 
 /* ---------------------------------------------------------------- fixtures */
@@ -184,7 +96,7 @@ static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "r");
     cr_assert(f, "cannot read %s: %s", path, strerror(errno));
-    char *s = read_all(f);
+    char *s = tool_run_read_all(f);
     fclose(f);
     return s;
 }

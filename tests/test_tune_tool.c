@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_run.h"
+
 #define RUN_TIMEOUT_S 20.0       /* --explain, --simulate, errors: well under a second each here */
 #define CALIBRATE_TIMEOUT_S 40.0 /* --calibrate --quick: about 2 s on the 2-core VM */
 #define NSIZES 16                /* 8 B .. 8 GiB by x4, --explain's default */
@@ -36,20 +38,9 @@ extern char **environ;
 
 /* ---------------------------------------------------------------- running the tool */
 
-struct run {
-    int status;     /* exit status, or 128 + signal */
-    bool timed_out; /* killed at the deadline */
-    double secs;    /* wall time */
-    char cmd[1024]; /* for the failure messages */
-    char *out, *err;
-};
-
 static const char *tool_path(void)
 {
-    const char *p = getenv("PLAIT_TEST_TUNE_TOOL");
-    cr_assert(p && *p, "PLAIT_TEST_TUNE_TOOL is not set (run this test through meson test)");
-    cr_assert(access(p, X_OK) == 0, "plait-tune is not built at %s: %s", p, strerror(errno));
-    return p;
+    return tool_run_path("PLAIT_TEST_TUNE_TOOL", "plait-tune");
 }
 
 static const char *dgx_h100(void)
@@ -62,107 +53,12 @@ static const char *dgx_h100(void)
     return path;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static char *read_all(FILE *f)
-{
-    fflush(f);
-    if (fseek(f, 0, SEEK_END) != 0)
-        return strdup("");
-    long len = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)(len > 0 ? len : 0) + 1);
-    cr_assert(buf);
-    size_t got = len > 0 ? fread(buf, 1, (size_t)len, f) : 0;
-    buf[got] = '\0';
-    return buf;
-}
-
-/* Runs the tool with `args` (NULL-terminated, without argv[0]) and kills it
- * after timeout_s. Output goes to files rather than pipes so that a chatty
- * tool cannot block on a full pipe while we wait for it. */
 static struct run run_tool_for(double timeout_s, const char *const *args)
 {
-    const char *tool = tool_path();
-    const char *argv[64];
-    int argc = 0;
-    argv[argc++] = tool;
-    for (int i = 0; args[i]; i++) {
-        cr_assert(argc < 63, "too many arguments");
-        argv[argc++] = args[i];
-    }
-    argv[argc] = NULL;
-
-    struct run r = {.status = -1};
-    for (int i = 0; argv[i]; i++)
-        snprintf(r.cmd + strlen(r.cmd), sizeof(r.cmd) - strlen(r.cmd), "%s%s", i ? " " : "",
-                 i ? argv[i] : "plait-tune");
-
-    FILE *out = tmpfile(), *err = tmpfile();
-    cr_assert(out && err, "tmpfile: %s", strerror(errno));
-    fflush(NULL);
-    const double t0 = now_s();
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid > 0)
-        setpgid(pid, pid); /* also here: no race with the kill below */
-    if (pid == 0) {
-        /* A group of its own: --calibrate and --simulate fork, and a
-         * deadline kills the tool with all of its processes. Out of the
-         * test's group, it would outlive a test killed by Criterion's or
-         * meson's timeout: it dies with the test instead. */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(126);
-        dup2(fileno(out), STDOUT_FILENO);
-        dup2(fileno(err), STDERR_FILENO);
-        execv(tool, (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", tool, strerror(errno));
-        _exit(127);
-    }
-
-    const double deadline = t0 + timeout_s;
-    int status = 0;
-    for (;;) {
-        pid_t p = waitpid(pid, &status, WNOHANG);
-        if (p == pid)
-            break;
-        if (now_s() > deadline) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            r.timed_out = true;
-            break;
-        }
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    r.secs = now_s() - t0;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_all(out);
-    r.err = read_all(err);
-    fclose(out);
-    fclose(err);
-    cr_log_info("%s: exit %d in %.2f s", r.cmd, r.status, r.secs);
-    cr_assert(!r.timed_out, "%s: still running after %.0f s (killed)\nstdout:\n%.2000s\nstderr:\n%.2000s", r.cmd,
-              timeout_s, r.out, r.err);
-    return r;
+    return tool_run(tool_path(), "plait-tune", timeout_s, args);
 }
 
 static struct run run_tool(const char *const *args) { return run_tool_for(RUN_TIMEOUT_S, args); }
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
-}
 
 /* ---------------------------------------------------------------- suite set-up */
 
