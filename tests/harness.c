@@ -375,6 +375,17 @@ void mr_child_ready(struct mr_child *c)
     }
 }
 
+plait_comm_t mr_child_init(struct mr_child *c)
+{
+    plait_comm_t comm = NULL;
+    plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
+    if (r) {
+        snprintf(c->msg, c->msglen, "init: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
+        return NULL;
+    }
+    return comm;
+}
+
 int mr_procs_wait_ready(struct mr_procs *p, int count, double timeout_s)
 {
     double deadline = now_s() + timeout_s;

@@ -52,6 +52,9 @@ struct mr_procs *mr_procs_start(int nranks, mr_child_fn fn, void *arg, size_t sh
                                 size_t msglen);
 /* Child side: tells the parent this rank is ready (one byte on the pipe). */
 void mr_child_ready(struct mr_child *c);
+/* Child side: the rank's communicator over c->id, or NULL with "init: why"
+ * in c->msg. */
+plait_comm_t mr_child_init(struct mr_child *c);
 /* Parent side: waits until `count` readiness bytes arrived; 0 on success, -1 on
  * deadline or when every child has gone. */
 int mr_procs_wait_ready(struct mr_procs *p, int count, double timeout_s);

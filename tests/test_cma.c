@@ -561,12 +561,9 @@ static int gone_child(struct mr_child *c, void *arg)
     (void)arg;
     struct gone_board *b = c->shared;
     setenv("PLAIT_CMA", "1", 1);
-    plait_comm_t comm = NULL;
-    plait_result_t res = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
-    if (res) {
-        snprintf(c->msg, c->msglen, "init: %s", plait_get_last_error(NULL));
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
         return 1;
-    }
     const size_t count = 1 << 18;
     float *buf = calloc(count, sizeof(float));
     if (c->rank == 1) {
@@ -717,12 +714,9 @@ static int lie_child(struct mr_child *c, void *arg)
     const struct plait_sc_desc *lie = arg;
     struct lie_board *b = c->shared;
     setenv("PLAIT_CMA", "1", 1);
-    plait_comm_t comm = NULL;
-    plait_result_t res = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
-    if (res) {
-        snprintf(c->msg, c->msglen, "init: %s", plait_get_last_error(NULL));
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
         return 1;
-    }
     float buf[4096];
     if (c->rank == 1) {
         struct plait_conn *conn = comm->conns[0 * comm->ncls + comm->ncls - 1];

@@ -335,16 +335,14 @@ static int mismatch_child(struct mr_child *c, void *arg)
     const int kind = *(const int *)arg;
     struct report *rep = (struct report *)c->shared + c->rank;
     setenv("PLAIT_COLL_TIMEOUT", "15", 1);
-    plait_comm_t comm = NULL;
-    plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
-    if (r) {
-        snprintf(c->msg, c->msglen, "init: %s", plait_get_last_error(NULL));
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
         return 1;
-    }
     float *buf = calloc(4096, sizeof(float));
     if (!buf)
         return 1;
     const double t0 = mr_now();
+    plait_result_t r;
     if (kind == MIS_COUNT_PATHS) /* rank 0: 16 bytes (small path); rank 1: 16 KiB (FIFO path) */
         r = plait_allreduce(buf, buf, c->rank == 0 ? 4 : 4096, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
     else if (c->rank == 0) /* both small, different collectives */
@@ -415,15 +413,13 @@ static int kill_child(struct mr_child *c, void *arg)
     (void)arg;
     struct kill_board *b = c->shared;
     setenv("PLAIT_COLL_TIMEOUT", "30", 1);
-    plait_comm_t comm = NULL;
-    plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
-    if (r) {
-        snprintf(c->msg, c->msglen, "init: %s", plait_get_last_error(NULL));
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
         return 1;
-    }
     mr_child_ready(c);
     float x[4] = {0, 0, 0, 0};
     const double give_up = mr_now() + 20;
+    plait_result_t r;
     do {
         r = plait_allreduce(x, x, 4, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
         if (!r)
