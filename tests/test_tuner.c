@@ -612,3 +612,39 @@ Test(tuner, cache_same_bucket_same_answer, .timeout = 60)
         cr_expect_eq(memcmp(&got[i], &got[3 * 7 + i], sizeof(got[i])), 0, "choice %d differs between communicators",
                      i);
 }
+
+/* PLAIT_MIN_CTAS is a lower bound on the channels of every call the tuner
+ * schedules, as NCCL's minCTAs is: without it the model gives some calls one
+ * channel (checked first, so that the bound is what the second run tests). */
+static int count_one_channel(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t msglen)
+{
+    (void)rank;
+    (void)n;
+    (void)msg;
+    (void)msglen;
+    int *ones = arg;
+    static const int colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_ALLGATHER, PLAIT_COLL_REDUCESCATTER};
+    for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++)
+        for (uint64_t bytes = 4096; bytes <= (64u << 20); bytes *= 4) {
+            struct plait_tune_choice ch;
+            if (plait_tuner_choose((struct plait_comm *)comm, colls[i], bytes, 4, &ch))
+                return 1;
+            if (ch.proto == PLAIT_MPROTO_SIMPLE && ch.nchannels < 2)
+                __atomic_add_fetch(ones, 1, __ATOMIC_RELAXED);
+        }
+    return 0;
+}
+
+Test(tuner, min_ctas_bounds_channels, .timeout = 60)
+{
+    char msg[1024];
+    int ones = 0;
+    cr_assert_eq(mr_run(MR_THREADS, 4, count_one_channel, &ones, 40, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_gt(ones, 0, "precondition: the model gave no call one channel on 4 threads");
+    setenv("PLAIT_MIN_CTAS", "2", 1);
+    ones = 0;
+    const int failed = mr_run(MR_THREADS, 4, count_one_channel, &ones, 40, msg, sizeof(msg));
+    unsetenv("PLAIT_MIN_CTAS");
+    cr_assert_eq(failed, 0, "%s", msg);
+    cr_expect_eq(ones, 0, "with PLAIT_MIN_CTAS=2, %d calls were given one channel", ones);
+}
