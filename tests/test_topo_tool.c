@@ -364,21 +364,7 @@ static void make_tmpdir(void)
 
 static void remove_tmpdir(void)
 {
-    if (!tmpdir[0])
-        return;
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[512];
-            snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmpdir);
+    tool_run_rmdir(tmpdir);
 }
 
 TestSuite(topo_tool, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 110);

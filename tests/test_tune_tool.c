@@ -11,7 +11,6 @@
  * the shell the test was started from. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -90,19 +89,7 @@ static void suite_init(void)
 
 static void suite_fini(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char path[512];
-            snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(tmpdir);
+    tool_run_rmdir(tmpdir);
 }
 
 TestSuite(tune_tool, .init = suite_init, .fini = suite_fini, .timeout = 90);

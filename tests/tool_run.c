@@ -3,6 +3,7 @@
 #include "tool_run.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -115,4 +116,23 @@ void run_free(struct run *r)
 {
     free(r->out);
     free(r->err);
+}
+
+void tool_run_rmdir(const char *dir)
+{
+    if (!dir || !dir[0])
+        return;
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char path[512];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }

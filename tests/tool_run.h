@@ -26,6 +26,10 @@ struct run tool_run(const char *tool, const char *name, double timeout_s, const 
 
 void run_free(struct run *r);
 
+/* Removes a test's scratch directory: its files, then itself (no
+ * subdirectories expected). */
+void tool_run_rmdir(const char *dir);
+
 /* The rest of a file from its start, NUL-terminated (malloc'd). */
 #include <stdio.h>
 char *tool_run_read_all(FILE *f);
