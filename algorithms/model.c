@@ -501,8 +501,10 @@ static int cpu_ll_ok(int nranks, int nhosts, int intra_link)
            (intra_link == PLAIT_MLINK_SHM || intra_link == PLAIT_MLINK_INPROC);
 }
 
-/* Allocates host_of/local_of for nhosts hosts of per_host consecutive ranks. */
-static plait_result_t machine_alloc(struct plait_model_machine *m, int nhosts, int per_host)
+/* Allocates host_of/local_of for nhosts hosts of per_host consecutive ranks
+ * and sets the constants (*k, NULL: the defaults). */
+static plait_result_t machine_alloc(struct plait_model_machine *m, int nhosts, int per_host,
+                                    const struct plait_model_consts *k)
 {
     memset(m, 0, sizeof(*m));
     const int n = nhosts * per_host;
@@ -521,6 +523,10 @@ static plait_result_t machine_alloc(struct plait_model_machine *m, int nhosts, i
     m->nranks = n;
     m->nhosts = nhosts;
     m->nics_per_host = 1;
+    if (k)
+        m->k = *k;
+    else
+        plait_model_consts_default(&m->k);
     return PLAIT_SUCCESS;
 }
 
@@ -539,7 +545,7 @@ plait_result_t plait_model_machine_uniform(struct plait_model_machine *m, int nr
                            "plait_model_machine_uniform: engine %d, links %d/%d out of range", engine, intra_link,
                            inter_link);
     struct plait_model_machine tmp;
-    plait_result_t r = machine_alloc(&tmp, nhosts, nranks / nhosts);
+    plait_result_t r = machine_alloc(&tmp, nhosts, nranks / nhosts, k);
     if (r)
         return r;
     tmp.engine = engine;
@@ -552,10 +558,6 @@ plait_result_t plait_model_machine_uniform(struct plait_model_machine *m, int nr
         tmp.ll_ok = cpu_ll_ok(nranks, nhosts, intra_link);
         tmp.ll_max_bytes = MODEL_CPU_LL_MAX_BYTES;
     }
-    if (k)
-        tmp.k = *k;
-    else
-        plait_model_consts_default(&tmp.k);
     *m = tmp;
     return PLAIT_SUCCESS;
 }
@@ -610,7 +612,7 @@ plait_result_t plait_model_machine_from_topo(struct plait_model_machine *m, cons
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_model_machine_from_topo: %d nodes of %d ranks is more than %d",
                            nodes, per_host, MODEL_MAX_RANKS);
     struct plait_model_machine tmp;
-    plait_result_t r = machine_alloc(&tmp, nodes, per_host);
+    plait_result_t r = machine_alloc(&tmp, nodes, per_host, k);
     if (r)
         return r;
     tmp.nics_per_host = nnic > 0 ? nnic : 1;
@@ -649,10 +651,6 @@ plait_result_t plait_model_machine_from_topo(struct plait_model_machine *m, cons
         tmp.ll_ok = cpu_ll_ok(tmp.nranks, nodes, tmp.intra_link);
         tmp.ll_max_bytes = MODEL_CPU_LL_MAX_BYTES;
     }
-    if (k)
-        tmp.k = *k;
-    else
-        plait_model_consts_default(&tmp.k);
     *m = tmp;
     return PLAIT_SUCCESS;
 }
