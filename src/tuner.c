@@ -282,27 +282,46 @@ static plait_result_t candidates(const struct plait_model_machine *m, const stru
     return PLAIT_SUCCESS;
 }
 
+/* The model's answer for a size bucket, as the cache holds it: the candidates
+ * at the bucket's smallest size with a fixed element size (never the first
+ * caller's), restricted to `only` unless AUTO (then LL competes too). *ll is 1
+ * when LL is best overall; *sbest the best schedule's index or -1. */
+struct bucket_answer {
+    struct plait_tune_candidate cand[PLAIT_ALGO_COUNT + 1];
+    int ll;
+    int sbest;
+};
+
+static plait_result_t model_bucket(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
+                                   int b, int only, struct bucket_answer *ans)
+{
+    const uint64_t rep = bucket_lo(b);
+    const int esize = rep % 4 == 0 ? 4 : 1;
+    int n = 0, best = -1;
+    plait_result_t s = candidates(m, sp, coll, rep, esize, only, only == PLAIT_ALGO_AUTO, ans->cand,
+                                  PLAIT_ALGO_COUNT + 1, &n, &best);
+    ans->ll = !s && best >= 0 && ans->cand[best].choice.proto == PLAIT_MPROTO_LL;
+    ans->sbest = s ? -1 : pick_best(ans->cand, n, PLAIT_MPROTO_SIMPLE);
+    return s;
+}
+
 plait_result_t plait_tune_pick(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
                                uint64_t bytes, int *algo, int *proto)
 {
     /* What fill_entry caches for the bucket and choose() takes for this size. */
-    const uint64_t rep = bucket_lo(plait_tune_bucket(bytes));
-    const int esize = rep % 4 == 0 ? 4 : 1;
-    struct plait_tune_candidate cand[PLAIT_ALGO_COUNT + 1];
-    int n = 0, best = -1;
-    plait_result_t s = candidates(m, sp, coll, rep, esize, PLAIT_ALGO_AUTO, 1, cand, PLAIT_ALGO_COUNT + 1, &n, &best);
+    struct bucket_answer ans;
+    plait_result_t s = model_bucket(m, sp, coll, plait_tune_bucket(bytes), PLAIT_ALGO_AUTO, &ans);
     if (s)
         return s;
-    const int sbest = pick_best(cand, n, PLAIT_MPROTO_SIMPLE);
-    if (best >= 0 && cand[best].choice.proto == PLAIT_MPROTO_LL && ll_fits(m, coll, bytes)) {
+    if (ans.ll && ll_fits(m, coll, bytes)) {
         *algo = PLAIT_ALGO_AUTO;
         *proto = PLAIT_MPROTO_LL;
         return PLAIT_SUCCESS;
     }
-    if (sbest < 0)
+    if (ans.sbest < 0)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_tune_pick: no algorithm models %s on %d ranks",
                            plait_coll_name(coll), m->nranks);
-    *algo = cand[sbest].choice.algo;
+    *algo = ans.cand[ans.sbest].choice.algo;
     *proto = PLAIT_MPROTO_SIMPLE;
     return PLAIT_SUCCESS;
 }
@@ -870,30 +889,24 @@ static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tun
     const uint64_t rep = bucket_lo(b);
     if (!t->has_machine || !plait_coll_is_scheduled(coll))
         return default_entry(comm, coll, rep);
-    /* The model's element size: fixed per bucket, never the first caller's. */
-    const int esize = rep % 4 == 0 ? 4 : 1;
-    struct plait_tune_candidate cand[PLAIT_ALGO_COUNT + 1];
-    int n = 0, best = -1;
     struct plait_model_machine m = t->m;
     m.ll_ok = m.ll_ok && t->ll_for[coll];
-    plait_result_t s = candidates(&m, &t->sp, coll, rep, esize, only, only == PLAIT_ALGO_AUTO, cand,
-                                  PLAIT_ALGO_COUNT + 1, &n, &best);
+    struct bucket_answer ans;
+    plait_result_t s = model_bucket(&m, &t->sp, coll, b, only, &ans);
     /* Out of memory is this rank's alone: its peers may decide by the model,
      * so no answer (not even the default rule's) is cached; the call fails. */
     if (s == PLAIT_ERR_SYSTEM)
         return 0;
-    if (s || best < 0)
+    if (s)
         return only == PLAIT_ALGO_AUTO ? default_entry(comm, coll, rep)
                                        : pack(0, 1, only, comm->nchannels, E_CHUNK_MAX, 0.0f);
     /* The best schedule too, for the sizes of the bucket above LL's limit. */
-    const int sbest = pick_best(cand, n, PLAIT_MPROTO_SIMPLE);
-    const int ll = cand[best].choice.proto == PLAIT_MPROTO_LL;
-    if (sbest < 0) {
+    if (ans.sbest < 0) {
         const uint64_t d = default_entry(comm, coll, rep);
-        return ll ? d | E_LL : d;
+        return ans.ll ? d | E_LL : d;
     }
-    const struct plait_tune_choice *c = &cand[sbest].choice;
-    return pack(ll, 0, c->algo, c->nchannels, chunk_code(&t->sp, c->chunk_bytes), (float)c->predicted_s);
+    const struct plait_tune_choice *c = &ans.cand[ans.sbest].choice;
+    return pack(ans.ll, 0, c->algo, c->nchannels, chunk_code(&t->sp, c->chunk_bytes), (float)c->predicted_s);
 }
 
 /* fill_entry for a call: the model runs for milliseconds, so the
