@@ -102,10 +102,8 @@ static int failure(const char *fmt, ...)
 /* A whole decimal integer in [lo, hi]; "8x" or "" is not one. */
 static bool parse_int(const char *s, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    long v;
+    if (!plait_topo_parse_long(s, lo, hi, &v))
         return false;
     *out = (int)v;
     return true;

@@ -174,10 +174,8 @@ static int bad_input(const char *fmt, ...)
 
 static bool parse_int(const char *s, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    long v;
+    if (!plait_topo_parse_long(s, lo, hi, &v))
         return false;
     *out = (int)v;
     return true;
