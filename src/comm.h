@@ -94,6 +94,7 @@ struct plait_comm {
     uint64_t fast_seq;      /* collectives issued on the small-message path (fastpath.c) */
     struct plait_fast *fast;/* the small-message boxes, NULL when this communicator has none */
     struct plait_tuner *tuner; /* per-call choices (tuner.c), NULL before init */
+    struct plait_cuda_comm *cuda; /* device state (src/cuda/coll.c), NULL: host buffers only */
     int in_error;           /* a collective failed: further ones are refused */
     int finalized;
 
@@ -162,6 +163,8 @@ struct plait_op {
     struct plait_task *tasks;
     plait_stream_t stream;   /* where it runs (NULL: the calling thread) */
     int grouped;             /* issued inside a group (plait_group_start/end) */
+    int on_device;           /* runs on the CUDA backend (device buffers): src/cuda/coll.c */
+    void *cu_stream;         /* the CUDA stream of a device op (NULL: CUDA's default stream) */
     struct plait_op *next;   /* in a group's list */
 };
 

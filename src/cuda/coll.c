@@ -1,0 +1,2 @@
+/* coll: being written (issue 8). */
+int plait_cuda_placeholder_coll;

@@ -1,0 +1,2 @@
+#include "cuda/kernel.h"
+extern "C" __global__ void plait_kernel(struct plait_kargs a) {}

@@ -1,0 +1,132 @@
+/* What the host gives the CUDA kernel: the layout shared by src/cuda/kernel.cu
+ * (nvcc), the kernel's host emulation (src/cuda/kernel_host.c, used by the
+ * CUDA test double) and the host side that builds it (src/cuda/coll.c).
+ * Common subset of C and CUDA C++, like src/stepper.h.
+ *
+ * One launch runs every device operation of one communicator that a group (or
+ * a single call) issued: CTA i runs lane i, a list of tasks executed in order
+ * (a channel of a collective, or one side of a point-to-point transfer). Every
+ * CTA of the launch runs at once, so tasks on different lanes may wait on
+ * each other (a send and a receive of one group never deadlock).
+ *
+ * Lifetimes (CUDA graphs replay a launch with the same parameters):
+ *  - struct plait_kargs is passed by value (kernel parameter): CUDA copies it
+ *    at launch and at capture, so buffer pointers and the scalar stay valid.
+ *  - the plan (steps, tasks) is immutable, built once per shape of launch and
+ *    kept in device memory until the communicator is destroyed;
+ *  - connection state (struct plait_dev_conn) is in device memory: its
+ *    counters are monotonic and advanced by the kernel itself, so a replay
+ *    continues where the previous launch stopped;
+ *  - scratch belongs to the plan (a plan runs on one stream at a time: the
+ *    communicator's launches are ordered).
+ */
+#ifndef PLAIT_KERNEL_H
+#define PLAIT_KERNEL_H
+
+#include <stdint.h>
+#include "../stepper.h"
+
+#define PLAIT_KERNEL_NAME "plait_kernel"
+#define PLAIT_KERNEL_THREADS 512      /* threads per CTA (blockDim.x) */
+#define PLAIT_KMAX_OPS 48             /* operations in one launch (more: several launches) */
+#define PLAIT_KMAX_LANES 512          /* CTAs of one launch */
+
+/* One direction of a connection as the kernel sees it: device-visible
+ * addresses (device memory, a peer's memory through IPC or peer access, or
+ * host-mapped pinned memory for a proxy). */
+struct plait_dev_fifo {
+    char *slots;        /* nslots x slot_bytes (Simple) */
+    char *ll;           /* nslots x slot_bytes of LL lines (LL), NULL when the connection has no LL */
+    uint32_t *sizes;    /* bytes in each slot (Simple) */
+    uint64_t *tail;     /* slots filled: written by the sender (release), polled by the receiver */
+    uint64_t *head;     /* slots drained: written by the receiver (release), polled by the sender */
+};
+
+/* A connection (peer, class) of this rank, in device memory. The tx side's
+ * slots, sizes and tail point into the peer's receive memory, its head into
+ * ours; the rx side the other way round (as transports/transport.h). */
+struct plait_dev_conn {
+    struct plait_dev_fifo tx;
+    struct plait_dev_fifo rx;
+    uint64_t tx_posted;   /* owned by the kernel: slots this rank has sent */
+    uint64_t rx_consumed; /* owned by the kernel: slots this rank has drained */
+    uint32_t nslots;
+    uint32_t slot_bytes;
+    int32_t peer;
+    int32_t scope;        /* enum plait_scope for this connection's counters */
+};
+
+/* A task of a lane: steps [step_begin, step_end) of the plan's step array run
+ * in order by one CTA, over operation `op` of the launch, on connection class
+ * `cls`. */
+struct plait_dev_task {
+    uint32_t op;
+    uint32_t cls;
+    uint64_t step_begin;
+    uint64_t step_end;
+};
+
+/* The immutable part of a launch, in device memory. Offsets are in bytes
+ * from the start of the plan. */
+struct plait_dev_plan {
+    uint32_t magic;       /* PLAIT_PLAN_MAGIC: checked by the kernel (and the double) */
+    uint32_t nlanes;      /* CTAs */
+    uint32_t ntasks;
+    uint32_t nops;
+    uint64_t lane_off;    /* uint32_t[nlanes + 1]: lane i runs tasks [lane[i], lane[i + 1]) */
+    uint64_t task_off;    /* struct plait_dev_task[ntasks] */
+    uint64_t step_off;    /* struct plait_step[...] */
+    uint64_t bytes;       /* the whole plan */
+};
+#define PLAIT_PLAN_MAGIC 0x706c616eu
+
+/* One operation of the launch (per call: in the kernel parameters). */
+struct plait_dev_op {
+    char *buf[3];         /* enum plait_buf: sendbuff, recvbuff, scratch (device addresses) */
+    uint32_t esize;
+    int32_t dtype;        /* plait_datatype_t */
+    int32_t redop;        /* PLAIT_SUM..PLAIT_AVG, PLAIT_RED_PREMULSUM (reduce.h) */
+    int32_t proto;        /* enum plait_proto */
+    uint64_t nranks;      /* for avg */
+    double scalar_f;      /* as struct plait_red */
+    uint64_t scalar_i;
+    uint64_t piece_max;   /* elements per piece (plait_piece_max) */
+};
+
+/* Kernel errors, written once (first wins) to kargs.status[1]. */
+enum plait_kerr {
+    PLAIT_KERR_NONE = 0,
+    PLAIT_KERR_ABORT = 1,     /* *abort_flag became non-zero */
+    PLAIT_KERR_TIMEOUT = 2,   /* a wait passed timeout_ns */
+    PLAIT_KERR_SIZE = 3,      /* a slot held another size than expected: mismatched calls */
+    PLAIT_KERR_NOCONN = 4,    /* a step names a peer with no connection on its class */
+    PLAIT_KERR_PLAN = 5,      /* bad plan magic */
+};
+
+struct plait_kargs {
+    const struct plait_dev_plan *plan;
+    struct plait_dev_conn *const *conns; /* [peer * ncls + cls], NULL where none */
+    int32_t ncls;
+    int32_t nranks;
+    int32_t rank;
+    int32_t nops;
+    /* Host-mapped words (pinned, device-visible): abort_flag is the
+     * communicator's abort (non-zero: every wait ends); status[0] counts
+     * completed launches (the last CTA to finish bumps it), status[1] holds
+     * the first enum plait_kerr, status[2] the lane, status[3] the peer. */
+    const volatile uint32_t *abort_flag;
+    uint64_t *status;
+    uint64_t timeout_ns;  /* 0: none */
+    uint32_t *lanes_done; /* device counter for "last CTA" detection, reset by the last CTA */
+    struct plait_dev_op ops[PLAIT_KMAX_OPS];
+};
+
+/* The host emulation of the kernel (kernel_host.c): runs CTA `cta` of a
+ * launch to completion on the calling thread, with the same body as the GPU
+ * (src/cuda/kernel_body.h). The CUDA test double calls it for each CTA of a
+ * launch, each on its own thread. */
+#ifndef __CUDACC__
+void plait_kernel_emulate(const struct plait_kargs *args, unsigned cta);
+#endif
+
+#endif

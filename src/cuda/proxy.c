@@ -1,0 +1,2 @@
+/* proxy: being written (issue 8). */
+int plait_cuda_placeholder_proxy;
