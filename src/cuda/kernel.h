@@ -121,12 +121,32 @@ struct plait_kargs {
     struct plait_dev_op ops[PLAIT_KMAX_OPS];
 };
 
-/* The host emulation of the kernel (kernel_host.c): runs CTA `cta` of a
- * launch to completion on the calling thread, with the same body as the GPU
- * (src/cuda/kernel_body.h). The CUDA test double calls it for each CTA of a
- * launch, each on its own thread. */
+/* The second kernel: a local element-wise reduction dst = post(pre(a) OP b)
+ * over n elements (b NULL: a transformed copy), for the bandwidth test
+ * (perf/gpu_check.sh) and local steps. */
+#define PLAIT_REDUCE_KERNEL_NAME "plait_reduce_local"
+struct plait_kreduce_args {
+    void *dst;
+    const void *a;
+    const void *b;
+    uint64_t n;
+    int32_t dtype;
+    int32_t redop;
+    uint64_t nranks;
+    double scalar_f;
+    uint64_t scalar_i;
+    uint32_t flags;       /* PLAIT_STEP_PRE | PLAIT_STEP_POST */
+};
+
+/* The host emulation of the kernels (kernel_host.c), with the same body as
+ * the GPU's (src/cuda/kernel_body.h): runs CTA `cta` of `ncta` of a launch to
+ * completion on the calling thread. `params` points to the kernel's one
+ * parameter (struct plait_kargs, struct plait_kreduce_args). The CUDA test
+ * double runs each CTA of a launch on its own thread; plait's cu.c hands it
+ * these entries by name when it loads a double (plait_cuda_double_set_kernel). */
 #ifndef __CUDACC__
-void plait_kernel_emulate(const struct plait_kargs *args, unsigned cta);
+void plait_kernel_emulate(const void *params, unsigned cta, unsigned ncta);
+void plait_reduce_local_emulate(const void *params, unsigned cta, unsigned ncta);
 #endif
 
 #endif
