@@ -19,6 +19,7 @@
 
 #include "comm.h"
 #include "fastpath.h"
+#include "stepper.h"
 #include "log.h"
 #include "util.h"
 
@@ -338,7 +339,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
     struct plait_op *op = t->op;
     const size_t es = op->esize;
     const struct plait_step *st = &t->step;
-    const uint64_t piece_max = op->comm->set.slot_bytes / es;
+    const uint64_t piece_max = plait_piece_max(op->comm->set.slot_bytes, es, PLAIT_WIRE_SIMPLE);
     int moved = 0;
     *done = 0;
     struct plait_conn *sc = step_conn(t, st->send_peer, "sends to", err);
@@ -365,7 +366,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
             }
             break;
         }
-        const uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
+        const uint64_t n = plait_piece_elems(st->count, t->piece_off, piece_max);
         memcpy(out, buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es, (size_t)n * es);
         plait_conn_send_commit(sc, (uint32_t)(n * es));
         if (sc->needs_progress && (*err = sc->tp->progress(sc)) != PLAIT_SUCCESS)
@@ -383,7 +384,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
             }
             break;
         }
-        uint64_t n = plait_min_u64(st->count - t->recv_off, piece_max);
+        uint64_t n = plait_piece_elems(st->count, t->recv_off, piece_max);
         const int from_desc = t->sc_rx_active || (got & PLAIT_SLOT_DESC);
         if (from_desc) {
             if (!t->sc_rx_active && (*err = sc_take(t, rc, in, got, t->recv_off, st->count)))
@@ -417,7 +418,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
             moved = 1;
             continue;
         }
-        if (st->kind == PLAIT_STEP_SENDRECV_REDUCE)
+        if (plait_sendrecv_reduces(st->kind))
             plait_reduce_apply(&op->red, dst, dst, in, (size_t)n, st->flags & PLAIT_STEP_POST);
         else
             memcpy(dst, in, (size_t)n * es);
@@ -483,8 +484,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         if (st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE) {
             const char *src = buf_ptr(op, st->src_buf) + st->src_off * es;
             char *dst = (char *)buf_ptr(op, st->dst_buf) + st->dst_off * es;
-            const int writes = st->count > 0 && (st->kind == PLAIT_STEP_REDUCE || src != dst || st->flags);
-            if (writes) {
+            if (plait_local_step_writes(st, src == dst)) {
                 const int wait = sc_must_wait(t, dst, st->count * es, err);
                 if (wait < 0)
                     return ADV_ERROR;
@@ -523,8 +523,9 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         struct plait_conn *rc = NULL, *sc = NULL;
         const void *in = NULL;
         void *out = NULL;
-        const uint64_t piece_max = comm->set.slot_bytes / es;
-        uint64_t n = plait_min_u64(st->count - t->piece_off, piece_max);
+        const uint64_t piece_max = plait_piece_max(comm->set.slot_bytes, es, PLAIT_WIRE_SIMPLE);
+        const unsigned ops = plait_piece_ops(st->kind);
+        uint64_t n = plait_piece_elems(st->count, t->piece_off, piece_max);
         /* A plain-copy SEND: the whole step as one descriptor when it is large. */
         if (st->kind == PLAIT_STEP_SEND && t->piece_off == 0 && plait_reduce_is_copy(&op->red, st->flags)) {
             if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
@@ -541,7 +542,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             }
         }
         int from_desc = 0;
-        if (plait_step_recvs(st->kind)) {
+        if (ops & PLAIT_PIECE_RECV) {
             if (!(rc = step_conn(t, st->recv_peer, "receives from", err)))
                 return ADV_ERROR;
             uint32_t got = 0;
@@ -568,7 +569,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         if (direct && (st->kind == PLAIT_STEP_RECV || t->sc_fwd))
             n = plait_min_u64(st->count - t->piece_off, SC_BULK_PIECES * piece_max);
         const size_t bytes = (size_t)n * es;
-        if (plait_step_sends(st->kind) && !t->sc_fwd) {
+        if ((ops & PLAIT_PIECE_SEND) && !t->sc_fwd) {
             if (!(sc = step_conn(t, st->send_peer, "sends to", err)))
                 return ADV_ERROR;
             out = plait_conn_send_slot(sc);
@@ -582,11 +583,10 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         }
         /* Only the sides the kind uses: a generator may leave the other pointing
          * at a buffer this rank does not have (NULL plus an offset). */
-        const char *src = plait_step_reads_src(st->kind) ? buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es
-                                                   : NULL;
-        char *dst = plait_step_writes_dst(st->kind)
-                        ? (char *)buf_ptr(op, st->dst_buf) + (st->dst_off + t->piece_off) * es
-                        : NULL;
+        const char *src =
+            (ops & PLAIT_PIECE_FROM_SRC) ? buf_ptr(op, st->src_buf) + plait_piece_src(st, t->piece_off) * es : NULL;
+        char *dst =
+            (ops & PLAIT_PIECE_TO_DST) ? (char *)buf_ptr(op, st->dst_buf) + plait_piece_dst(st, t->piece_off) * es : NULL;
         if (dst) {
             const int wait = sc_must_wait(t, dst, bytes, err);
             if (wait < 0)
@@ -608,35 +608,25 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 in = rc->sc_bounce;
             }
         }
-        switch (st->kind) {
-        case PLAIT_STEP_SEND:
+        /* What the piece does (stepper.h, shared with the CUDA kernel): a
+         * reduction of src and the received data into dst (when the step
+         * keeps it) or straight into the send slot, else the received data
+         * copied out, else (SEND) src with the pre-op applied. */
+        if (ops & PLAIT_PIECE_REDUCE) {
+            plait_reduce_apply(&op->red, (ops & PLAIT_PIECE_TO_DST) ? (void *)dst : out, src, in, n, st->flags);
+            if ((ops & PLAIT_PIECE_TO_DST) && out)
+                memcpy(out, dst, bytes);
+        } else if (ops & PLAIT_PIECE_RECV) {
+            if ((ops & PLAIT_PIECE_TO_DST) && in != dst)
+                memcpy(dst, in, bytes);
+            if (out)
+                memcpy(out, in, bytes);
+        } else if (ops & PLAIT_PIECE_SEND) {
             if (st->flags)
                 plait_reduce_apply(&op->red, out, src, NULL, n, st->flags);
             else
                 memcpy(out, src, bytes);
-            break;
-        case PLAIT_STEP_RECV:
-            if (in != dst)
-                memcpy(dst, in, bytes);
-            break;
-        case PLAIT_STEP_RECV_REDUCE_SEND:
-            plait_reduce_apply(&op->red, out, src, in, n, st->flags);
-            break;
-        case PLAIT_STEP_RECV_REDUCE_COPY:
-            plait_reduce_apply(&op->red, dst, src, in, n, st->flags);
-            break;
-        case PLAIT_STEP_RECV_REDUCE_COPY_SEND:
-            plait_reduce_apply(&op->red, dst, src, in, n, st->flags);
-            if (out)
-                memcpy(out, dst, bytes);
-            break;
-        case PLAIT_STEP_RECV_COPY_SEND:
-            if (in != dst)
-                memcpy(dst, in, bytes);
-            if (out)
-                memcpy(out, in, bytes);
-            break;
-        default:
+        } else {
             *err = plait_error(PLAIT_ERR_INTERNAL, "executor: unknown step kind %d", st->kind);
             return ADV_ERROR;
         }

@@ -131,12 +131,13 @@ PLAIT_HD uint64_t plait_ll_payload(uint64_t slot_bytes)
  * A step of `count` elements moves in pieces of at most piece_max elements
  * (one FIFO slot); both ends of a connection cut it the same way, so no size
  * crosses the wire. */
-enum plait_proto { PLAIT_PROTO_SIMPLE = 0, PLAIT_PROTO_LL = 1 };
+/* The protocol a piece travels with (env.h's enum plait_proto is the setting). */
+enum plait_wire { PLAIT_WIRE_SIMPLE = 0, PLAIT_WIRE_LL = 1 };
 
 /* Elements per piece for slots of slot_bytes (esize bytes each). */
 PLAIT_HD uint64_t plait_piece_max(uint64_t slot_bytes, uint64_t esize, int proto)
 {
-    const uint64_t bytes = proto == PLAIT_PROTO_LL ? plait_ll_payload(slot_bytes) : slot_bytes;
+    const uint64_t bytes = proto == PLAIT_WIRE_LL ? plait_ll_payload(slot_bytes) : slot_bytes;
     return bytes / esize;
 }
 

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "plait.h"
+#include "../src/stepper.h"
 
 struct plait_comm;
 struct plait_conn;
@@ -128,26 +129,26 @@ struct plait_sc_pending {
 
 static inline uint64_t plait_ld_acquire_u64(const uint64_t *p)
 {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    return plait_ld_acquire_sys(p);
 }
 
 static inline void plait_st_release_u64(uint64_t *p, uint64_t v)
 {
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+    plait_st_release_sys(p, v);
 }
 
 /* The next free send slot, or NULL when the receiver holds every slot. */
 static inline void *plait_conn_send_slot(struct plait_conn *c)
 {
-    if (c->tx_posted - plait_ld_acquire_u64(c->tx_head) >= c->nslots)
+    if (!plait_fifo_can_send(c->tx_posted, plait_ld_acquire_u64(c->tx_head), c->nslots))
         return NULL;
-    return c->tx_slots + (size_t)(c->tx_posted % c->nslots) * c->slot_bytes;
+    return c->tx_slots + (size_t)plait_fifo_slot(c->tx_posted, c->nslots) * c->slot_bytes;
 }
 
 /* Publishes the slot returned by plait_conn_send_slot holding `bytes`. */
 static inline void plait_conn_send_commit(struct plait_conn *c, uint32_t bytes)
 {
-    c->tx_sizes[c->tx_posted % c->nslots] = bytes;
+    c->tx_sizes[plait_fifo_slot(c->tx_posted, c->nslots)] = bytes;
     c->tx_posted++;
     plait_st_release_u64(c->tx_tail, c->tx_posted);
 }
@@ -155,9 +156,9 @@ static inline void plait_conn_send_commit(struct plait_conn *c, uint32_t bytes)
 /* The next filled receive slot (and its size), or NULL when none has arrived. */
 static inline const void *plait_conn_recv_slot(struct plait_conn *c, uint32_t *bytes_out)
 {
-    if (plait_ld_acquire_u64(c->rx_tail) <= c->rx_consumed)
+    if (!plait_fifo_can_recv(plait_ld_acquire_u64(c->rx_tail), c->rx_consumed))
         return NULL;
-    size_t i = (size_t)(c->rx_consumed % c->nslots);
+    size_t i = plait_fifo_slot(c->rx_consumed, c->nslots);
     *bytes_out = c->rx_sizes[i];
     return c->rx_slots + i * c->slot_bytes;
 }

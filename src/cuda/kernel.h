@@ -86,7 +86,7 @@ struct plait_dev_op {
     uint32_t esize;
     int32_t dtype;        /* plait_datatype_t */
     int32_t redop;        /* PLAIT_SUM..PLAIT_AVG, PLAIT_RED_PREMULSUM (reduce.h) */
-    int32_t proto;        /* enum plait_proto */
+    int32_t proto;        /* enum plait_wire (src/stepper.h): PLAIT_WIRE_SIMPLE or PLAIT_WIRE_LL */
     uint64_t nranks;      /* for avg */
     double scalar_f;      /* as struct plait_red */
     uint64_t scalar_i;
