@@ -73,8 +73,12 @@ const struct plait_env_var plait_env_table[] = {
      "init with the file, line and reason; every rank must load the same values (init compares them)."},
     {"PLAIT_TREE_RADIX", NULL, "2", "k of the k-nomial tree algorithms (2 = binomial), 2..16."},
     {"PLAIT_MAX_CTAS", "NCCL_MAX_CTAS", "",
-     "Upper bound on channels (CTAs on a GPU), like the config's max_ctas: 0..64 as NCCL accepts; plait runs at most "
-     "32 channels."},
+     "Upper bound on channels (CTAs on a GPU), like the config's max_ctas (which wins): 0..64 as NCCL accepts; plait "
+     "runs at most 32 channels. On a GPU it caps the CTAs of each kernel launch (a group of collectives over the cap "
+     "is split into several launches; sends/receives of one group launch whole, over the cap if need be, with one "
+     "INFO line). 0 (set explicitly): device collectives take no CTAs of their own where copy engines can serve "
+     "(all-gather, broadcast: PLAIT_CE_COLL), one CTA otherwise; host collectives keep PLAIT_NCHANNELS. Every rank "
+     "must use the same value."},
     {"PLAIT_MIN_CTAS", "NCCL_MIN_CTAS", "",
      "Lower bound on channels (CTAs on a GPU), like the config's min_ctas: 0..64; plait runs at most 32 channels. "
      "Also the fewest channels the tuner gives a call."},
@@ -106,6 +110,24 @@ const struct plait_env_var plait_env_table[] = {
      "smaller steps go through the FIFO. Unset: 32K between threads; between processes none under PLAIT_CMA=auto "
      "(process_vm_readv was slower than the FIFO at every size measured, docs/performance.md) and 64K under "
      "PLAIT_CMA=1."},
+    {"PLAIT_CUDA", NULL, "auto",
+     "The CUDA backend. auto: load the CUDA driver (libcuda.so.1, with dlopen) when a communicator is set up or a "
+     "buffer is classified; without a driver or device, one INFO line says \"no CUDA device (why)\" and host buffers "
+     "use the CPU backend. 1: the same, but that line is a WARN. 0: off (no driver loaded; every buffer is host "
+     "memory)."},
+    {"PLAIT_CUDA_LIBRARY", NULL, "libcuda.so.1",
+     "The CUDA driver library to dlopen. Tests point it at the CUDA test double (libplait_cuda_double.so, "
+     "tests/cuda_double.c), which plait then reports as a double, not a GPU."},
+    {"PLAIT_CE_COLL", NULL, "auto",
+     "Copy-engine (SM-free) all-gather and broadcast between ranks of one host on device buffers that lie in memory "
+     "windows (plait_comm_window_register, ncclCommWindowRegister): cudaMemcpyAsync into (all-gather) or from "
+     "(broadcast) the peers' windows, ordered by stream memory operations, no kernel. 1: used whenever every rank is "
+     "on this host and the buffers lie in windows (else the kernel runs, with one INFO line saying why); 0: never; "
+     "auto: as 1 when the communicator may use no CTA (PLAIT_MAX_CTAS=0 or the config's max_ctas = 0), else never. "
+     "Every rank must set the same value (window registration compares them)."},
+    {"PLAIT_PERF_DEVICE", NULL, "0",
+     "The perf tools (perf/*_perf), not the library: 1 puts the buffers in CUDA device memory (device 0, shared by "
+     "every rank), as their -D 1 does; 0: host memory. nccl-tests always uses device memory."},
     /* NCCL's variables for features plait does not have (yet): read so that
      * scripts written for NCCL keep running, with one WARN where the setting is
      * ignored (see plait_settings_load). */

@@ -47,6 +47,14 @@ enum {
     PLAIT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     PLAIT_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
     PLAIT_CU_CTX_SCHED_AUTO = 0,
+    PLAIT_CU_STREAM_WAIT_VALUE_GEQ = 0,
+    PLAIT_CU_STREAM_WRITE_VALUE_DEFAULT = 0,
+    PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    PLAIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+    PLAIT_CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+    PLAIT_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    PLAIT_CU_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 };
 
 /* The functions, each under the symbol name given in the comment (the one
@@ -105,13 +113,22 @@ struct plait_cu {
     int (*LaunchHostFunc)(void *stream, void (*fn)(void *), void *arg);   /* cuLaunchHostFunc */
     int (*GetErrorName)(int res, const char **s);                         /* cuGetErrorName */
     int (*GetErrorString)(int res, const char **s);                       /* cuGetErrorString */
+    int (*StreamWaitValue64)(void *s, plait_cudevptr addr, uint64_t v, unsigned flags); /* cuStreamWaitValue64_v2 */
+    int (*StreamWriteValue64)(void *s, plait_cudevptr addr, uint64_t v, unsigned flags); /* cuStreamWriteValue64_v2 */
+    int (*StreamBeginCapture)(void *s, int mode);                         /* cuStreamBeginCapture_v2 */
+    int (*StreamEndCapture)(void *s, void **graph);                       /* cuStreamEndCapture */
+    int (*GraphInstantiate)(void **exec, void *graph, unsigned long long flags); /* cuGraphInstantiateWithFlags */
+    int (*GraphLaunch)(void *exec, void *stream);                         /* cuGraphLaunch */
+    int (*GraphDestroy)(void *graph);                                     /* cuGraphDestroy */
+    int (*GraphExecDestroy)(void *exec);                                  /* cuGraphExecDestroy */
 };
 
 /* The loaded driver, or NULL when there is none (no library, cuInit failed, no
  * device). Loads at most once per process (thread-safe); the first call logs
- * one INFO line: "CUDA: N devices, driver X (libcuda.so.1)", "CUDA: test
- * double <path> (not a GPU)" or "no CUDA device (<why>)". PLAIT_CUDA=0 turns
- * the backend off without loading anything. */
+ * one INFO line: "CUDA: N device(s), driver X.Y (libcuda.so.1)", "CUDA: test
+ * double <path> (not a GPU): N device(s)" or "no CUDA device (<why>)" (a WARN
+ * under PLAIT_CUDA=1). PLAIT_CUDA=0 turns the backend off without loading
+ * anything. */
 const struct plait_cu *plait_cu_get(void);
 
 /* "CUDA_ERROR_X: text" for a result (through cuGetErrorName/String). */
@@ -130,9 +147,12 @@ enum plait_mem_kind {
 };
 
 /* The kind of the memory at p, and for device/managed memory its device
- * ordinal (-1 otherwise). Creates no CUDA context and loads nothing: when the
- * process has not loaded the CUDA driver (a host-only program), every pointer
- * is PLAIT_MEM_HOST. NULL is PLAIT_MEM_HOST. */
+ * ordinal (-1 otherwise). Calls plait_cu_get() (so the first call in a
+ * process may load the driver, once) and then only cuPointerGetAttributes,
+ * which needs no context: it creates no CUDA context, so a host-only program
+ * stays without one. Without a driver (or PLAIT_CUDA=0) every pointer is
+ * PLAIT_MEM_HOST; so is NULL, and so is a pointer the driver does not know.
+ * Thread-safe. */
 int plait_mem_kind(const void *p, int *device);
 
 const char *plait_mem_kind_name(int kind);
