@@ -1,2 +1,175 @@
-/* kernel_host: being written (issue 8). */
-int plait_cuda_placeholder_kernel_host;
+/* The host emulation of the CUDA kernels: the body the GPU runs
+ * (kernel_body.h) with host hooks, one thread per CTA. The CUDA test double
+ * (tests/cuda_double.c) runs each CTA of a launch on its own thread, and
+ * tests/test_stepper.c drives it directly; either way the CPU tests take the
+ * GPU's decisions.
+ *
+ * The hooks: a CTA is one thread (tid 0 of 1, barriers are no-ops), copies
+ * are memcpy, reductions are plait_reduce_apply (the CPU executor's, whose
+ * rules the device reductions reproduce bit for bit), LL lines are written
+ * and read as 8-byte atomics of {data, flag} (a line's two halves carry the
+ * flag each, so a reader that sees both flags has both words), fences and
+ * atomics are GCC's __atomic builtins at sequential consistency where the GPU
+ * uses system scope, waits spin briefly and then yield. */
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "reduce.h"
+#include "cuda/kernel.h"
+
+/* A struct plait_red as the op carries it: the scalars are the values the
+ * host computed (plait_red_init's), taken as they are, so the emulation
+ * scales by exactly what the GPU scales by. */
+static void red_of(const struct plait_dev_op *op, struct plait_red *r)
+{
+    r->dtype = op->dtype;
+    r->op = op->redop;
+    r->nranks = op->nranks;
+    r->scalar_f = op->scalar_f;
+    r->scalar_i = op->scalar_i;
+}
+
+#define PLAIT_KB_FN static
+#define PLAIT_KB_TID 0u
+#define PLAIT_KB_NTHREADS 1u
+#define PLAIT_KB_SYNC() ((void)0)
+
+static void plait_kb_copy(void *dst, const void *src, uint64_t bytes)
+{
+    if (dst != src && bytes)
+        memcpy(dst, src, (size_t)bytes);
+}
+
+static void plait_kb_reduce(const struct plait_dev_op *op, void *dst, const void *a, const void *b, uint64_t n,
+                            unsigned flags)
+{
+    struct plait_red r;
+    red_of(op, &r);
+    plait_reduce_apply(&r, dst, a, b, (size_t)n, flags);
+}
+
+static uint64_t plait_kb_reduce8(const struct plait_dev_op *op, uint64_t a, uint64_t b, int has_b, uint32_t n,
+                                 unsigned flags)
+{
+    struct plait_red r;
+    uint64_t d = 0;
+    red_of(op, &r);
+    plait_reduce_apply(&r, &d, &a, has_b ? &b : NULL, n, flags);
+    /* Bytes past the n elements are not part of the line's payload. */
+    return d;
+}
+
+static uint64_t plait_kb_ld64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void plait_kb_st64(char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+
+/* A line {data0, flag, data1, flag} as two 8-byte words, data in the low half. */
+static void plait_kb_ll_store(char *line, uint64_t v, int whole, uint32_t flag)
+{
+    uint64_t *w = (uint64_t *)(void *)line;
+    __atomic_store_n(&w[0], (v & 0xffffffffu) | (uint64_t)flag << 32, __ATOMIC_RELAXED);
+    if (whole)
+        __atomic_store_n(&w[1], (v >> 32) | (uint64_t)flag << 32, __ATOMIC_RELAXED);
+}
+
+static int plait_kb_ll_load(const char *line, int whole, uint32_t flag, uint64_t *v)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)line;
+    const uint64_t w0 = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+    if ((uint32_t)(w0 >> 32) != flag)
+        return 0;
+    uint64_t r = w0 & 0xffffffffu;
+    if (whole) {
+        const uint64_t w1 = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+        if ((uint32_t)(w1 >> 32) != flag)
+            return 0;
+        r |= w1 << 32;
+    }
+    *v = r;
+    return 1;
+}
+
+static void plait_kb_fence(int scope)
+{
+    (void)scope;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static uint64_t plait_kb_cas64(uint64_t *p, uint64_t expect, uint64_t desired)
+{
+    __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expect;
+}
+
+static uint32_t plait_kb_add32(uint32_t *p, uint32_t v)
+{
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
+
+static uint32_t plait_kb_ld32_relaxed(const volatile uint32_t *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
+}
+
+static uint64_t plait_kb_ld64_relaxed(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static uint64_t plait_kb_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A CTA's peers are other threads, possibly on this core: spin a little,
+ * then let them run. */
+static void plait_kb_pause(uint32_t spins)
+{
+    if (spins > 256)
+        sched_yield();
+}
+
+#include "cuda/kernel_body.h"
+
+void plait_kernel_emulate(const void *params, unsigned cta, unsigned ncta)
+{
+    struct plait_kb_shared sh;
+    memset(&sh, 0, sizeof sh);
+    plait_kb_run((const struct plait_kargs *)params, cta, ncta, &sh);
+}
+
+/* The local reduction kernel: CTA cta of ncta takes its share of elements in
+ * 4096-element blocks, as the GPU's grid-stride loop does (the result does not
+ * depend on the split: the reduction is element-wise). */
+void plait_reduce_local_emulate(const void *params, unsigned cta, unsigned ncta)
+{
+    const struct plait_kreduce_args *a = params;
+    const size_t es = plait_dtype_size(a->dtype);
+    struct plait_red r = {
+        .dtype = a->dtype,
+        .op = a->redop,
+        .nranks = a->nranks,
+        .scalar_f = a->scalar_f,
+        .scalar_i = a->scalar_i,
+    };
+    const uint64_t block = 4096;
+    if (es == 0 || ncta == 0)
+        return;
+    for (uint64_t lo = (uint64_t)cta * block; lo < a->n; lo += (uint64_t)ncta * block) {
+        const uint64_t n = a->n - lo < block ? a->n - lo : block;
+        const size_t off = (size_t)lo * es;
+        plait_reduce_apply(&r, (char *)a->dst + off, (const char *)a->a + off, a->b ? (const char *)a->b + off : NULL,
+                           (size_t)n, a->flags);
+    }
+}
