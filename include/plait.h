@@ -10,8 +10,20 @@
  * state is per thread; plait_comm_abort() and plait_comm_get_async_error() may be
  * called from any thread at any time.
  *
- * Buffers: in this release every buffer is host memory. Device buffers arrive
- * with the CUDA backend and are classified per call.
+ * Buffers: each call's buffers are classified (host, registered host, device,
+ * managed memory; no CUDA context is created for that). Host and registered
+ * host memory run on the CPU backend; device (cudaMalloc) and managed
+ * (cudaMallocManaged) memory run on the CUDA backend, whose kernels interpret
+ * the same schedules. The buffers of one call must go to one backend: host
+ * with device memory in one call is PLAIT_ERR_INVALID_USAGE naming both
+ * buffers and their kinds. Device buffers need a communicator created while
+ * the calling thread had a current CUDA context (cudaSetDevice, as NCCL), on
+ * that device (else PLAIT_ERR_INVALID_USAGE). Every rank of a communicator
+ * has a current CUDA device at init, or none (else init fails naming a
+ * rank); several ranks may share one GPU (ranks of one process sharing a GPU
+ * must then issue on distinct CUDA streams: the default stream of the shared
+ * context would run their kernels one after the other, and they wait on each
+ * other).
  */
 #ifndef PLAIT_H
 #define PLAIT_H
@@ -224,6 +236,30 @@ plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out);
 plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out);
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle);
 
+/* Memory windows (NCCL's ncclCommWindowRegister): every rank registers a
+ * device buffer (cudaMalloc'd, or from cuMem* allocations) of its own, in the
+ * same order on every rank; a rank may then address a peer's window at the
+ * same offset as its own. Device all-gathers and broadcasts whose recvbuff
+ * lies in a window (at the same offset on every rank), between ranks of one
+ * host, may then run on copy engines without kernels (PLAIT_CE_COLL). Peers in
+ * this process use the addresses directly; peers in other processes of the
+ * host map the buffer through CUDA IPC; peers on other hosts are not mapped.
+ * Collective (uses the bootstrap; blocks until every rank has called it).
+ * flags: PLAIT_WIN_DEFAULT or PLAIT_WIN_COLL_SYMMETRIC (the same, plait
+ * treats every window as symmetric). The window is freed by
+ * plait_comm_window_deregister (collective too; before the memory is freed)
+ * or with the communicator. Failures: PLAIT_ERR_INVALID_ARGUMENT (NULL comm,
+ * buff or win_out, size 0, unknown flags, buff not device memory);
+ * PLAIT_ERR_INVALID_USAGE (no CUDA device; ranks disagree on PLAIT_CE_COLL;
+ * another rank failed: the message names it); PLAIT_ERR_UNHANDLED_CUDA (a
+ * CUDA call failed). Not thread-safe with other calls on comm. */
+typedef struct plait_window *plait_window_t;
+#define PLAIT_WIN_DEFAULT 0x00
+#define PLAIT_WIN_COLL_SYMMETRIC 0x01
+plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t size, int flags,
+                                          plait_window_t *win_out);
+plait_result_t plait_comm_window_deregister(plait_comm_t comm, plait_window_t win);
+
 /* Creates a premultiplied-sum op: out = sum over ranks of (scalar * in_r).
  * `scalar` points to one element of `datatype` (any type; integers multiply with
  * wrap-around); with PLAIT_SCALAR_HOST_IMMEDIATE it is copied now, with
@@ -240,9 +276,38 @@ plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm);
  * Common rules. `count` is in elements of `datatype`. Buffers may be in-place
  * where noted (sendbuff == recvbuff, or the rank's slice of recvbuff). `stream`
  * NULL with host buffers: the call returns when the operation is complete (inside
- * a group: when plait_group_end() returns). A plait_stream_t: the call is queued
+ * a group: when plait_group_end() returns). A host plait_stream_t: the call is queued
  * and returns at once; plait_stream_synchronize() waits. Every rank must make the
- * same sequence of calls with matching counts, types, ops and roots.
+ * same sequence of calls with matching counts, types, ops and roots, and with
+ * buffers of the same backend (host or device) on every rank.
+ *
+ * Device buffers (CUDA backend), as NCCL: the call is stream-ordered on the
+ * CUDA stream of a plait_stream_from_cuda() stream, or on CUDA's default
+ * stream when `stream` is NULL; it returns once launched, before completion
+ * (cudaStreamSynchronize or plait_stream_synchronize waits), with no host
+ * synchronisation. A host stream (plait_stream_create) with device buffers is
+ * PLAIT_ERR_INVALID_USAGE. Calls of a group launch together (one kernel per
+ * communicator and CUDA stream, several when a group exceeds 48 operations or
+ * the CTA cap; a group with sends/receives of more than 48 device operations
+ * per communicator and stream is refused). A communicator's launches run in
+ * issue order even across CUDA streams (each waits for the previous one),
+ * except launches captured into a CUDA graph, whose replays the user orders.
+ * CUDA graph capture works: what a launch points at stays valid until the
+ * communicator is destroyed (a call whose shape is first seen during a
+ * capture may need device memory that a global-mode capture forbids
+ * allocating: run it once before capturing). The kernel runs on the caller's
+ * stream, so that stream's priority applies. A failure inside a kernel (a
+ * peer that never comes within PLAIT_COLL_TIMEOUT, an abort, mismatched
+ * calls) becomes the communicator's asynchronous error
+ * (plait_comm_get_async_error: the message names the rank, the CTA lane,
+ * the peer and what happened), and the next call on it fails with it.
+ * Host buffers on a CUDA-backed stream: the CUDA stream is synchronised first
+ * (so work queued on it before is done), then the call runs as on the NULL
+ * stream and is complete when it returns; not allowed while that stream is
+ * being captured. PLAIT_MAX_CTAS or the config's max_ctas caps the CTAs of a
+ * device launch (sends/receives of one group excepted); 0 leaves device
+ * collectives one CTA (all-gather and broadcast on copy engines where
+ * PLAIT_CE_COLL and memory windows allow).
  *
  * Failures common to all: PLAIT_ERR_INVALID_ARGUMENT (NULL comm, NULL buffer with
  * count > 0, datatype or op out of range, root or peer out of range, a byte size
@@ -308,13 +373,26 @@ plait_result_t plait_stream_destroy(plait_stream_t stream);
 /* Waits until every operation queued on the stream is done. Returns the first
  * error of that work (and clears it). */
 plait_result_t plait_stream_synchronize(plait_stream_t stream);
-/* Wraps a CUDA stream (cudaStream_t passed as void*). Until the CUDA backend is
- * built in, returns PLAIT_ERR_INVALID_USAGE with a message saying so. */
+/* Wraps a CUDA stream (cudaStream_t passed as void*; NULL: CUDA's default
+ * stream) in a new plait_stream_t, for calls on device buffers (see the
+ * collectives' common rules). No thread and no CUDA call: make one per CUDA
+ * stream and keep it. plait_stream_synchronize() on it is
+ * cudaStreamSynchronize (PLAIT_ERR_UNHANDLED_CUDA on a CUDA failure; kernel
+ * errors are the communicators' asynchronous errors);
+ * plait_stream_destroy() synchronises it and frees the wrapper, never the
+ * CUDA stream. Events recorded on it are CUDA events (plait_event_*): host
+ * streams waiting for them synchronise the CUDA event on their worker, and
+ * a CUDA-backed stream waiting for a record on a host stream blocks in a
+ * CUDA host function until the host stream reaches it. Failures:
+ * PLAIT_ERR_INVALID_ARGUMENT (NULL stream_out); PLAIT_ERR_INVALID_USAGE (no
+ * CUDA driver or device in this process); PLAIT_ERR_SYSTEM. */
 plait_result_t plait_stream_from_cuda(void *cuda_stream, plait_stream_t *stream_out);
 
 plait_result_t plait_event_create(plait_event_t *event_out);
 /* Marks the point in `stream` reached by the work queued so far. NULL stream: the
- * event completes at once (host work on NULL streams is already done). */
+ * event completes at once (host work on NULL streams is already done). On a
+ * CUDA-backed stream: a CUDA event record (work launched on the CUDA stream
+ * so far). */
 plait_result_t plait_event_record(plait_event_t event, plait_stream_t stream);
 /* Waits until the last record of the event has been reached (an event never
  * recorded is complete). */

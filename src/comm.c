@@ -16,6 +16,8 @@
 
 #include "../algorithms/algorithms.h"
 #include "bootstrap.h"
+#include "cuda/cu.h"
+#include "cuda/cuda.h"
 #include "log.h"
 #include "socket.h"
 #include "tuner.h"
@@ -308,6 +310,10 @@ static void regs_free(struct plait_comm *comm);
  * a choice (freed with the struct). */
 static void comm_release(struct plait_comm *comm)
 {
+    /* First: it waits for the device's last launch and stops the proxy,
+     * which uses the socket connections torn down below. */
+    plait_cuda_comm_free(comm);
+    plait_cuda_ce_free(comm); /* windows of a communicator without device state too (idempotent) */
     for (int t = PLAIT_TP_COUNT - 1; t >= 0; t--)
         transports[t]->teardown(comm);
     if (comm->pidfds)
@@ -403,6 +409,8 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
             comm->blocking = config->blocking != 0;
         if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
             comm->max_channels = config->max_ctas;
+        else if (config->max_ctas == 0)
+            comm->max_channels = -1; /* no CTA of their own for device collectives (src/cuda/coll.c) */
         if (config->min_ctas != PLAIT_CONFIG_UNDEF_INT && config->min_ctas > 0)
             comm->min_channels = config->min_ctas;
         if (config->name)
@@ -449,7 +457,7 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
         return status;
     /* The config's CTA bounds win over the environment's (NCCL's order). */
     int lo = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
-    int hi = comm->max_channels > 0 ? comm->max_channels : comm->set.max_ctas;
+    int hi = comm->max_channels > 0 ? comm->max_channels : comm->max_channels < 0 ? 0 : comm->set.max_ctas;
     if (lo > 0 && comm->set.nchannels < lo)
         comm->set.nchannels = lo > 32 ? 32 : lo;
     if (hi > 0 && comm->set.nchannels > hi)
@@ -552,6 +560,10 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
             status = plait_error_context(status, "rank %d: %s transport", me, transports[t]->name);
             goto out;
         }
+    /* Device FIFOs beside the host connections, when this rank's thread has a
+     * current CUDA context (collective: every rank agrees). */
+    if ((status = plait_cuda_comm_setup(comm)))
+        goto out;
 
     /* After the transports: the small-message boxes decide whether LL exists. */
     if ((status = plait_tuner_init(comm)))
@@ -593,12 +605,15 @@ struct init_job {
     struct plait_comm *comm;
     plait_unique_id_t id;
     int start_root;
+    void *cu_ctx; /* the caller's current CUDA context, made current on the init thread */
 };
 
 static void *init_thread_main(void *arg)
 {
     struct init_job *job = arg;
     struct plait_comm *comm = job->comm;
+    if (job->cu_ctx)
+        plait_cu_get()->CtxSetCurrent(job->cu_ctx);
     plait_result_t res = comm_setup(comm, &job->id, job->start_root);
     if (res) {
         /* the error first: a call must never see "not pending" on a
@@ -653,6 +668,12 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
         job->comm = comm;
         job->id = *id;
         job->start_root = start_root;
+        /* The device is the caller's current one (as NCCL's), not the init
+         * thread's (which has none). */
+        job->cu_ctx = NULL;
+        const struct plait_cu *cu = plait_cu_get();
+        if (cu && cu->CtxGetCurrent(&job->cu_ctx) != PLAIT_CU_SUCCESS)
+            job->cu_ctx = NULL;
         comm->async_error = PLAIT_IN_PROGRESS;
         comm->init_pending = 1;
         if (pthread_create(&comm->init_thread, NULL, init_thread_main, job) != 0) {
@@ -732,6 +753,7 @@ struct init_all_arg {
     plait_unique_id_t id;
     int nranks;
     int rank;
+    int device; /* devlist[rank], -1: none (host only) */
     plait_comm_t comm;
     plait_result_t res;
     char msg[1024];
@@ -740,6 +762,21 @@ struct init_all_arg {
 static void *init_all_thread(void *p)
 {
     struct init_all_arg *a = p;
+    if (a->device >= 0) {
+        /* The device's primary context, current on this thread for the
+         * init (retained for the process's life, as cudaSetDevice does). */
+        const struct plait_cu *cu = plait_cu_get();
+        void *ctx = NULL;
+        int r = cu ? cu->DevicePrimaryCtxRetain(&ctx, a->device) : -1;
+        if (!r)
+            r = cu->CtxSetCurrent(ctx);
+        if (r) {
+            a->res = PLAIT_ERR_UNHANDLED_CUDA;
+            snprintf(a->msg, sizeof(a->msg), "device %d: cannot make its primary context current (%s)", a->device,
+                     cu ? "cuDevicePrimaryCtxRetain/cuCtxSetCurrent failed" : "no CUDA driver");
+            return NULL;
+        }
+    }
     a->res = plait_comm_init_rank(&a->comm, a->nranks, a->id, a->rank);
     if (a->res)
         snprintf(a->msg, sizeof(a->msg), "%s", plait_last_error_get());
@@ -748,7 +785,6 @@ static void *init_all_thread(void *p)
 
 plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int *devlist)
 {
-    (void)devlist;
     plait_log_configure();
     if (!comms_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_all: comms_out is NULL");
@@ -778,6 +814,7 @@ plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int 
         args[r].id = id;
         args[r].nranks = ndev;
         args[r].rank = r;
+        args[r].device = devlist ? devlist[r] : -1;
         if (pthread_create(&threads[r], NULL, init_all_thread, &args[r]) != 0) {
             status = plait_error(PLAIT_ERR_SYSTEM, "plait_comm_init_all: cannot start thread %d", r);
             break;
@@ -870,6 +907,8 @@ plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_com
         cfg.blocking = comm->blocking;
         if (comm->max_channels > 0)
             cfg.max_ctas = comm->max_channels;
+        else if (comm->max_channels < 0)
+            cfg.max_ctas = 0;
         if (comm->min_channels > 0)
             cfg.min_ctas = comm->min_channels;
     }
@@ -949,6 +988,7 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
      * touches nothing, or we see it busy and wait. Every wait polls the flag at
      * least every few milliseconds. */
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    plait_cuda_comm_abort(comm); /* ends every kernel wait */
     /* In a forked child the counters are copies of the parent's, and the
      * threads they count do not exist here. */
     while (comm->owner_pid == getpid() &&
@@ -972,6 +1012,7 @@ plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *asy
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: comm is NULL or not a communicator");
     if (!async_error_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: async_error_out is NULL");
+    plait_cuda_poll_error(comm); /* a kernel's error becomes the async error */
     pthread_mutex_lock(&comm->async_lock);
     plait_result_t e = comm->async_error;
     pthread_mutex_unlock(&comm->async_lock);

@@ -95,6 +95,8 @@ struct plait_comm {
     struct plait_fast *fast;/* the small-message boxes, NULL when this communicator has none */
     struct plait_tuner *tuner; /* per-call choices (tuner.c), NULL before init */
     struct plait_cuda_comm *cuda; /* device state (src/cuda/coll.c), NULL: host buffers only */
+    struct plait_cuda_proxy *cuda_proxy; /* proxy thread and its FIFOs (src/cuda/proxy.c), NULL: none */
+    struct plait_cuda_ce *cuda_ce; /* memory windows, copy-engine flags (src/cuda/ce.c), NULL: none */
     int in_error;           /* a collective failed: further ones are refused */
     int finalized;
 
@@ -165,6 +167,7 @@ struct plait_op {
     int grouped;             /* issued inside a group (plait_group_start/end) */
     int on_device;           /* runs on the CUDA backend (device buffers): src/cuda/coll.c */
     void *cu_stream;         /* the CUDA stream of a device op (NULL: CUDA's default stream) */
+    int dev_proto;           /* device op: enum plait_wire the kernel runs it with (enqueue.c) */
     struct plait_op *next;   /* in a group's list */
 };
 
@@ -216,6 +219,9 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);
 plait_result_t plait_stream_submit(plait_stream_t stream, struct plait_op *ops);
 plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_stream_t *out);
 int plait_stream_busy(plait_stream_t stream);
+/* Whether `stream` wraps a CUDA stream (plait_stream_from_cuda); if so, and
+ * cu_stream_out is not NULL, *cu_stream_out is that CUDA stream. NULL: 0. */
+int plait_stream_cuda(plait_stream_t stream, void **cu_stream_out);
 
 /* Records an error found asynchronously on comm (first one wins). */
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);

@@ -6,8 +6,10 @@
 
 #include "../algorithms/algorithms.h"
 #include "comm.h"
+#include "cuda/cuda.h"
 #include "fastpath.h"
 #include "log.h"
+#include "stepper.h"
 #include "tuner.h"
 #include "util.h"
 
@@ -222,11 +224,73 @@ static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *nam
     return plait_enqueue(op, stream);
 }
 
+/* Which backend runs a call (src/cuda/coll.c), from the buffers this rank
+ * uses: device or managed memory -> the CUDA backend (*on_device = 1, on
+ * *cu_stream: the wrapped CUDA stream, NULL = CUDA's default stream; *stream
+ * becomes NULL); host or registered memory -> the CPU backend. Host buffers
+ * on a CUDA-backed stream: the CUDA stream is synchronised now (so work
+ * queued on it before, which may have written them, is done) and the call
+ * runs as on the NULL stream, complete when it returns (or at
+ * plait_group_end). A call with no buffer to classify (count 0) follows its
+ * stream. Also reports a kernel error found since the last call. */
+static plait_result_t route_call(struct plait_comm *comm, int coll, const char *fn, const void *sendbuff,
+                                 const void *recvbuff, size_t count, int root, plait_stream_t *stream, int *on_device,
+                                 void **cu_stream)
+{
+    *on_device = 0;
+    *cu_stream = NULL;
+    void *cs = NULL;
+    const int is_cuda_stream = plait_stream_cuda(*stream, &cs);
+    if (comm->cuda && plait_cuda_poll_error(comm)) {
+        char why[sizeof(comm->async_msg)];
+        plait_comm_async_msg(comm, why, sizeof(why));
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator is in error after: %s", fn,
+                           comm->rank, why);
+    }
+    const void *s = sendbuff, *r = recvbuff;
+    const int is_root = comm->rank == root;
+    if (count == 0 || coll == PLAIT_COLL_BARRIER)
+        s = r = NULL;
+    if ((coll == PLAIT_COLL_BROADCAST || coll == PLAIT_COLL_SCATTER) && !is_root)
+        s = NULL;
+    if ((coll == PLAIT_COLL_REDUCE || coll == PLAIT_COLL_GATHER) && !is_root)
+        r = NULL;
+    plait_result_t err;
+    int dev = plait_cuda_route(comm, fn, s, r, &err);
+    if (dev < 0)
+        return err;
+    if (!s && !r && is_cuda_stream && comm->cuda && coll != PLAIT_COLL_BARRIER)
+        dev = 1;
+    if (dev) {
+        if (*stream && !is_cuda_stream)
+            return plait_error(PLAIT_ERR_INVALID_USAGE,
+                               "%s: device buffers on a host stream (plait_stream_create): pass a CUDA stream "
+                               "(plait_stream_from_cuda) or NULL (CUDA's default stream)",
+                               fn);
+        *on_device = 1;
+        *cu_stream = cs;
+        *stream = NULL;
+        return PLAIT_SUCCESS;
+    }
+    if (is_cuda_stream) {
+        plait_result_t res = plait_stream_synchronize(*stream);
+        if (res)
+            return plait_error_context(res, "%s: host buffers on a CUDA stream (synchronising it first)", fn);
+        *stream = NULL;
+    }
+    return PLAIT_SUCCESS;
+}
+
 static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
                               void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
                               plait_stream_t stream)
 {
     const size_t esize = plait_dtype_size(dtype);
+    int on_device;
+    void *cu_stream;
+    plait_result_t rres = route_call(comm, coll, name, sendbuff, recvbuff, count, root, &stream, &on_device, &cu_stream);
+    if (rres)
+        return rres;
     /* The tuner (tuner.c): a pure function of the call and of what every rank
      * holds alike, so every rank takes the same path and schedule. Bytes are
      * what each rank sends each peer on the small-message path: count is per
@@ -241,8 +305,13 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
      * flag was raised before the abort waited, so it shows here. */
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", name, comm->rank);
-    const int fast = choice.proto == PLAIT_MPROTO_LL &&
+    /* Device ops never take the small-message path (its boxes are host
+     * memory); the tuner's LL becomes the kernel's LL protocol when no rank
+     * has a proxied connection (its FIFOs carry no LL lines). */
+    const int fast = !on_device && choice.proto == PLAIT_MPROTO_LL &&
                      plait_fast_eligible(comm, coll, coll == PLAIT_COLL_BARRIER ? 0 : count * esize);
+    const int dev_proto = on_device && choice.proto == PLAIT_MPROTO_LL && plait_cuda_ll_ok(comm) ? PLAIT_WIRE_LL
+                                                                                                 : PLAIT_WIRE_SIMPLE;
     if (fast && coll == PLAIT_COLL_BARRIER)
         return fast_op(comm, coll, name, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, 0, stream); /* tags only */
     if (fast)
@@ -255,12 +324,20 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
         choice.nchannels = (uint8_t)comm->nchannels;
         choice.chunk_bytes = 0;
     }
-    const int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
+    int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
+    /* The CTA cap (part of the comm's nchannels already when positive): 0
+     * leaves device collectives one CTA (copy engines take allgather and
+     * broadcast where they can, src/cuda/coll.c). */
+    if (on_device && plait_cuda_cta_cap(comm) >= 0 && nch > plait_cuda_cta_cap(comm))
+        nch = plait_cuda_cta_cap(comm) > 0 ? plait_cuda_cta_cap(comm) : 1;
     struct plait_op *op = op_new(comm, coll, name, nch);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
     op->coll_seq = ++comm->coll_seq;
     op->fast_seq = comm->fast_seq + 1; /* for plait_fast_check_mismatch */
+    op->on_device = on_device;
+    op->cu_stream = cu_stream;
+    op->dev_proto = dev_proto;
     op->sendbuff = sendbuff;
     op->recvbuff = recvbuff;
     op->esize = plait_dtype_size(dtype);
@@ -449,9 +526,15 @@ plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t d
     if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
         (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
         return s;
+    int on_device;
+    void *cu_stream;
+    if ((s = route_call(comm, PLAIT_COLL_SEND, fn, sendbuff, NULL, count, peer, &stream, &on_device, &cu_stream)))
+        return s;
     struct plait_op *op = op_new(comm, PLAIT_COLL_SEND, fn, 1);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->on_device = on_device;
+    op->cu_stream = cu_stream;
     op->sendbuff = sendbuff;
     op->esize = plait_dtype_size(datatype);
     sched_args(op, count, peer);
@@ -467,9 +550,15 @@ plait_result_t plait_recv(void *recvbuff, size_t count, plait_datatype_t datatyp
     if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
         (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
         return s;
+    int on_device;
+    void *cu_stream;
+    if ((s = route_call(comm, PLAIT_COLL_RECV, fn, NULL, recvbuff, count, peer, &stream, &on_device, &cu_stream)))
+        return s;
     struct plait_op *op = op_new(comm, PLAIT_COLL_RECV, fn, 1);
     if (!op)
         return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
+    op->on_device = on_device;
+    op->cu_stream = cu_stream;
     op->recvbuff = recvbuff;
     op->esize = plait_dtype_size(datatype);
     sched_args(op, count, peer);

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "fastpath.h"
 #include "stepper.h"
+#include "cuda/cuda.h"
 #include "log.h"
 #include "util.h"
 
@@ -759,6 +760,37 @@ static plait_result_t order_lanes(struct plait_op *ops, struct plait_task **all,
     return PLAIT_SUCCESS;
 }
 
+/* Waits (yielding, with the run's deadline and the abort and liveness checks)
+ * until the CUDA proxy has finished with comm's socket connections. */
+static plait_result_t wait_proxy_idle(struct plait_comm *comm, double deadline, int spin_ns, double timeout)
+{
+    uint64_t since = 0, last_check = 0;
+    if (plait_cuda_proxy_captured(comm))
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "rank %d: host buffers on a communicator whose device operations reach socket peers and were "
+                           "captured into a CUDA graph (the graph's proxy owns those connections for the "
+                           "communicator's life): use another communicator for host buffers",
+                           comm->rank);
+    while (plait_cuda_proxy_busy(comm)) {
+        const uint64_t now = plait_now_ns();
+        if (!since)
+            since = last_check = now;
+        plait_idle_pause(now - since, spin_ns);
+        if (now - last_check < 1000000ull)
+            continue;
+        last_check = now;
+        plait_result_t r = plait_comm_check_waiting(comm);
+        if (r)
+            return r;
+        if (plait_deadline_passed(deadline))
+            return plait_error(PLAIT_ERR_TIMEOUT,
+                               "rank %d: a host operation waited more than PLAIT_COLL_TIMEOUT=%g s for the "
+                               "communicator's device operations to release its socket connections",
+                               comm->rank, timeout);
+    }
+    return PLAIT_SUCCESS;
+}
+
 plait_result_t plait_exec_run(struct plait_op *ops)
 {
     struct run_comms rc; /* not zeroed as a whole: only list[0..n) is read */
@@ -806,6 +838,16 @@ plait_result_t plait_exec_run(struct plait_op *ops)
             status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator is in error after: %s",
                                  rc.list[i]->rank, why);
             goto refused;
+        }
+    /* A communicator whose device operations reach socket peers through the
+     * CUDA proxy (src/cuda/proxy.c) gets those connections back only when the
+     * proxy is done with them: host operations queued behind device ones wait
+     * here (the acquire in plait_cuda_proxy_busy pairs with the proxy's last
+     * release, so the connections' counters are ours again afterwards). */
+    for (int i = 0; i < rc.n; i++)
+        if ((status = wait_proxy_idle(rc.list[i], deadline, spin_ns, timeout))) {
+            failed_comm = rc.list[i];
+            goto out;
         }
     /* Published for same-host peers: issued > completed while we run, so a
      * crash now is told apart from a clean exit (see plait_comm_check_peers). */

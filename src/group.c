@@ -2,11 +2,13 @@
  * plait_group_end(). Operations on NULL streams run on the calling thread in one
  * executor pass (across communicators); those on a stream go to its worker;
  * those of a non-blocking communicator go to the communicator's internal stream
- * and the call reports PLAIT_IN_PROGRESS. */
+ * and the call reports PLAIT_IN_PROGRESS. Operations on device buffers launch
+ * on their CUDA streams (src/cuda/coll.c) and return before completion. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 
 #include "comm.h"
+#include "cuda/cuda.h"
 #include "log.h"
 
 struct group_state {
@@ -46,10 +48,31 @@ static struct plait_op *take_stream(struct plait_op **list, plait_stream_t s)
     return out;
 }
 
+/* Takes the device ops (src/cuda/coll.c) out of *list, in order. */
+static struct plait_op *take_device(struct plait_op **list)
+{
+    struct plait_op *out = NULL, **out_tail = &out, **pp = list;
+    while (*pp) {
+        struct plait_op *op = *pp;
+        if (op->on_device) {
+            *pp = op->next;
+            op->next = NULL;
+            *out_tail = op;
+            out_tail = &op->next;
+        } else {
+            pp = &op->next;
+        }
+    }
+    return out;
+}
+
 static plait_result_t launch(struct plait_op *ops)
 {
     plait_result_t status = PLAIT_SUCCESS;
     int in_progress = 0;
+    /* Device ops run on CUDA streams, asynchronously, whatever the
+     * communicator's blocking mode (as NCCL's calls on device buffers). */
+    struct plait_op *dev_ops = take_device(&ops);
     /* Calls of non-blocking communicators on the NULL stream run on their
      * communicator's internal stream. */
     struct plait_comm *pinned[64];
@@ -83,6 +106,7 @@ static plait_result_t launch(struct plait_op *ops)
         for (int i = 0; i < npinned; i++)
             __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
         plait_op_free_list(ops);
+        plait_op_free_list(dev_ops);
         return status;
     }
     /* Streams first: the calling thread's own batch may depend on work of the
@@ -97,6 +121,14 @@ static plait_result_t launch(struct plait_op *ops)
     }
     for (int i = 0; i < npinned; i++)
         __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+    /* Device ops launch before the calling thread runs its host batch: a
+     * launch returns at once, and host and device ops use separate FIFOs,
+     * so neither waits for the other. */
+    if (dev_ops) {
+        plait_result_t r = plait_cuda_launch(dev_ops);
+        if (r && !status)
+            status = r;
+    }
     if (inline_ops) {
         plait_result_t r = plait_exec_run(inline_ops);
         plait_op_free_list(inline_ops);

@@ -1206,27 +1206,26 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle)
 
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)
 {
-    (void)buff;
-    (void)size;
-    (void)win;
-    (void)winFlags;
     plait_comm_t pc = NULL;
     ncclResult_t r = comm_get(comm, "ncclCommWindowRegister", 0, &pc);
     if (r)
         return r;
-    return shim_error(ncclInvalidUsage, "ncclCommWindowRegister: symmetric memory windows need the CUDA backend (not "
-                                        "built yet); ncclCommRegister works for host buffers");
+    if (!win)
+        return shim_error(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
+    plait_window_t w = NULL;
+    r = from_plait(plait_comm_window_register(pc, buff, size, winFlags, &w));
+    if (r == ncclSuccess)
+        *win = (ncclWindow_t)w;
+    return r;
 }
 
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
-    (void)win;
     plait_comm_t pc = NULL;
     ncclResult_t r = comm_get(comm, "ncclCommWindowDeregister", 0, &pc);
     if (r)
         return r;
-    return shim_error(ncclInvalidUsage,
-                      "ncclCommWindowDeregister: no window exists: windows need the CUDA backend (not built yet)");
+    return from_plait(plait_comm_window_deregister(pc, (plait_window_t)win));
 }
 
 /* ---------------------------------------------------------------- reduction ops */

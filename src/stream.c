@@ -1,10 +1,17 @@
-/* Host streams and events.
+/* Host streams, CUDA-backed streams and events.
  *
  * A host stream is a worker thread with a FIFO of items: a batch of operations
  * (run by the executor on the worker), an event record, or a wait for an event.
  * Items run in issue order; plait_stream_synchronize waits for the queue to
  * drain. Events count records: record N completes when the stream reaches it,
- * and waits compare against the record count at the time of the wait. */
+ * and waits compare against the record count at the time of the wait.
+ *
+ * A CUDA-backed stream (plait_stream_from_cuda) has no worker: it names a CUDA
+ * stream, on which device operations are launched (src/cuda/coll.c). An event
+ * recorded on one is a CUevent record; waits across kinds bridge the two (a
+ * host stream waiting for a CUDA record synchronises the CUevent on its
+ * worker; a CUDA stream waiting for a host record blocks in a host function,
+ * cuLaunchHostFunc, until the record is reached). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -12,15 +19,22 @@
 #include <string.h>
 
 #include "comm.h"
+#include "cuda/cu.h"
 #include "log.h"
 
-enum item_kind { ITEM_OPS, ITEM_RECORD, ITEM_WAIT };
+enum item_kind { ITEM_OPS, ITEM_RECORD, ITEM_WAIT, ITEM_CUWAIT };
 
 struct plait_event {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     uint64_t records;   /* records issued */
     uint64_t completed; /* records reached */
+    /* CUDA side: a CUevent made at the first record on a CUDA-backed stream;
+     * cu_last: the last record was there (waits then go to the CUevent);
+     * host_waiters: host functions of CUDA streams blocked on this event. */
+    void *cu_event;
+    int cu_last;
+    int host_waiters;
 };
 
 struct item {
@@ -41,6 +55,8 @@ struct plait_stream {
     plait_result_t error;     /* first error since the last synchronize */
     char error_msg[1024];
     struct plait_comm *owner; /* internal stream of a non-blocking communicator */
+    int is_cuda;              /* wraps cu_stream (plait_stream_from_cuda): no worker */
+    void *cu_stream;
     /* Items the worker has finished, kept for the next submissions (under
      * lock, which both ends take anyway) so that a call on a stream does not
      * pay a malloc on one thread and a cross-thread free on the other. */
@@ -82,6 +98,10 @@ static void run_item(struct plait_stream *s, struct item *it)
         for (struct plait_op *op = it->ops; op; op = op->next)
             __atomic_sub_fetch(&op->comm->inflight, 1, __ATOMIC_ACQ_REL);
         plait_op_free_list(it->ops);
+    } else if (it->kind == ITEM_CUWAIT) {
+        const struct plait_cu *cu = plait_cu_get();
+        if (cu && it->event->cu_event)
+            cu->EventSynchronize(it->event->cu_event);
     } else if (it->kind == ITEM_RECORD) {
         pthread_mutex_lock(&it->event->lock);
         if (it->target > it->event->completed)
@@ -188,6 +208,10 @@ plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_strea
 
 plait_result_t plait_stream_submit(plait_stream_t s, struct plait_op *ops)
 {
+    if (s->is_cuda) { /* enqueue.c routes every op on a CUDA-backed stream elsewhere */
+        plait_op_free_list(ops);
+        return plait_error(PLAIT_ERR_INTERNAL, "stream: host operations submitted to a CUDA-backed stream");
+    }
     /* Raised before the worker can see the item (push publishes it under the
      * lock): an abort waits for inflight to drop back. */
     for (struct plait_op *op = ops; op; op = op->next)
@@ -201,8 +225,21 @@ plait_result_t plait_stream_submit(plait_stream_t s, struct plait_op *ops)
     return PLAIT_SUCCESS;
 }
 
+int plait_stream_cuda(plait_stream_t s, void **cu_stream_out)
+{
+    if (!s || !s->is_cuda)
+        return 0;
+    if (cu_stream_out)
+        *cu_stream_out = s->cu_stream;
+    return 1;
+}
+
 int plait_stream_busy(plait_stream_t s)
 {
+    if (s->is_cuda) {
+        const struct plait_cu *cu = plait_cu_get();
+        return cu && cu->StreamQuery(s->cu_stream) == PLAIT_CU_ERROR_NOT_READY;
+    }
     pthread_mutex_lock(&s->lock);
     int busy = s->head != NULL || s->running;
     pthread_mutex_unlock(&s->lock);
@@ -213,6 +250,12 @@ plait_result_t plait_stream_synchronize(plait_stream_t s)
 {
     if (!s)
         return PLAIT_SUCCESS; /* the NULL stream's host work is already complete */
+    if (s->is_cuda) {
+        /* Errors of the kernels themselves are the communicators' async
+         * errors (plait_comm_get_async_error), as with NCCL. */
+        int r = plait_cu_get()->StreamSynchronize(s->cu_stream);
+        return r ? plait_cu_error(r, "plait_stream_synchronize", "cuStreamSynchronize") : PLAIT_SUCCESS;
+    }
     pthread_mutex_lock(&s->lock);
     while (s->head || s->running)
         pthread_cond_wait(&s->idle_cond, &s->lock);
@@ -231,6 +274,10 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
     if (!s)
         return PLAIT_SUCCESS;
     plait_result_t r = plait_stream_synchronize(s);
+    if (s->is_cuda) { /* the CUDA stream is the caller's: only the wrapper goes */
+        free(s);
+        return r;
+    }
     pthread_mutex_lock(&s->lock);
     s->stop = 1;
     pthread_cond_signal(&s->cond);
@@ -250,10 +297,19 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
 
 plait_result_t plait_stream_from_cuda(void *cuda_stream, plait_stream_t *stream_out)
 {
-    (void)cuda_stream;
-    (void)stream_out;
-    return plait_error(PLAIT_ERR_INVALID_USAGE,
-                       "plait_stream_from_cuda: this libplait has no CUDA backend yet (host streams only)");
+    if (!stream_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_stream_from_cuda: stream_out is NULL");
+    if (!plait_cu_get())
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "plait_stream_from_cuda: no CUDA driver or device in this process (see the INFO line "
+                           "\"no CUDA device\")");
+    struct plait_stream *s = calloc(1, sizeof(*s));
+    if (!s)
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_from_cuda: out of memory");
+    s->is_cuda = 1;
+    s->cu_stream = cuda_stream;
+    *stream_out = s;
+    return PLAIT_SUCCESS;
 }
 
 /* ------------------------------------------------------------ events */
@@ -275,7 +331,19 @@ plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
 {
     if (!e)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_record: event is NULL");
+    if (s && s->is_cuda) {
+        const struct plait_cu *cu = plait_cu_get();
+        pthread_mutex_lock(&e->lock);
+        int r = e->cu_event ? PLAIT_CU_SUCCESS : cu->EventCreate(&e->cu_event, PLAIT_CU_EVENT_DISABLE_TIMING);
+        if (!r)
+            r = cu->EventRecord(e->cu_event, s->cu_stream);
+        if (!r)
+            e->cu_last = 1;
+        pthread_mutex_unlock(&e->lock);
+        return r ? plait_cu_error(r, "plait_event_record", "cuEventRecord") : PLAIT_SUCCESS;
+    }
     pthread_mutex_lock(&e->lock);
+    e->cu_last = 0;
     uint64_t target = ++e->records;
     if (!s) {
         e->completed = target;
@@ -294,11 +362,37 @@ plait_result_t plait_event_synchronize(plait_event_t e)
     if (!e)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_synchronize: event is NULL");
     pthread_mutex_lock(&e->lock);
+    if (e->cu_last) {
+        void *ev = e->cu_event;
+        pthread_mutex_unlock(&e->lock);
+        int r = plait_cu_get()->EventSynchronize(ev);
+        return r ? plait_cu_error(r, "plait_event_synchronize", "cuEventSynchronize") : PLAIT_SUCCESS;
+    }
     uint64_t target = e->records;
     while (e->completed < target)
         pthread_cond_wait(&e->cond, &e->lock);
     pthread_mutex_unlock(&e->lock);
     return PLAIT_SUCCESS;
+}
+
+struct host_wait {
+    struct plait_event *e;
+    uint64_t target;
+};
+
+/* A CUDA stream's host function: blocks the stream until a host record is
+ * reached (it calls no CUDA function, as host functions must not). */
+static void host_wait_fn(void *arg)
+{
+    struct host_wait *w = arg;
+    struct plait_event *e = w->e;
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < w->target)
+        pthread_cond_wait(&e->cond, &e->lock);
+    e->host_waiters--;
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    free(w);
 }
 
 plait_result_t plait_stream_wait_event(plait_stream_t s, plait_event_t e)
@@ -307,7 +401,42 @@ plait_result_t plait_stream_wait_event(plait_stream_t s, plait_event_t e)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_stream_wait_event: event is NULL");
     pthread_mutex_lock(&e->lock);
     uint64_t target = e->records;
+    const int cu_last = e->cu_last;
+    const int reached = e->completed >= target;
+    void *ev = e->cu_event;
     pthread_mutex_unlock(&e->lock);
+    if (cu_last) {
+        if (!s)
+            return plait_event_synchronize(e);
+        if (s->is_cuda) {
+            int r = plait_cu_get()->StreamWaitEvent(s->cu_stream, ev, 0);
+            return r ? plait_cu_error(r, "plait_stream_wait_event", "cuStreamWaitEvent") : PLAIT_SUCCESS;
+        }
+        if (push(s, ITEM_CUWAIT, NULL, e, 0) != PLAIT_SUCCESS)
+            return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_wait_event: out of memory");
+        return PLAIT_SUCCESS;
+    }
+    if (s && s->is_cuda) {
+        if (reached)
+            return PLAIT_SUCCESS;
+        struct host_wait *w = malloc(sizeof(*w));
+        if (!w)
+            return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_wait_event: out of memory");
+        w->e = e;
+        w->target = target;
+        pthread_mutex_lock(&e->lock);
+        e->host_waiters++;
+        pthread_mutex_unlock(&e->lock);
+        int r = plait_cu_get()->LaunchHostFunc(s->cu_stream, host_wait_fn, w);
+        if (r) {
+            pthread_mutex_lock(&e->lock);
+            e->host_waiters--;
+            pthread_mutex_unlock(&e->lock);
+            free(w);
+            return plait_cu_error(r, "plait_stream_wait_event", "cuLaunchHostFunc");
+        }
+        return PLAIT_SUCCESS;
+    }
     if (!s) {
         /* The NULL stream is the calling thread: wait here. */
         return plait_event_synchronize(e);
@@ -322,6 +451,13 @@ plait_result_t plait_event_destroy(plait_event_t e)
     if (!e)
         return PLAIT_SUCCESS;
     plait_event_synchronize(e);
+    /* host records reached, and no CUDA host function still holds the event */
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < e->records || e->host_waiters > 0)
+        pthread_cond_wait(&e->cond, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    if (e->cu_event)
+        plait_cu_get()->EventDestroy(e->cu_event);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
     free(e);

@@ -55,6 +55,16 @@ plait_result_t plait_cuda_launch(struct plait_op *ops);
  * when none. Cheap: one load. */
 plait_result_t plait_cuda_poll_error(struct plait_comm *comm);
 
+/* The CTAs a device launch of this communicator may use: PLAIT_MAX_CTAS or
+ * the config's max_ctas (the config wins), 0 when explicitly 0 (copy engines
+ * for allgather/broadcast, one CTA otherwise), -1 when uncapped or without
+ * device state. Agreed by every rank at init. */
+int plait_cuda_cta_cap(const struct plait_comm *comm);
+
+/* Whether device ops may run the kernel's LL protocol: no rank of the
+ * communicator has a proxied (socket) connection. Agreed at init. */
+int plait_cuda_ll_ok(const struct plait_comm *comm);
+
 /* ---------------------------------------------------------------- proxy.c
  * Connections whose peer is reached over the socket transport: the kernel
  * reads and writes FIFOs in pinned host memory mapped into the device (their
@@ -75,5 +85,54 @@ void plait_cuda_proxy_stop(struct plait_comm *comm);
 /* Tells the proxy that a launch with proxied connections was issued (it
  * polls until the launch's completion count is reached, then sleeps). */
 void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq);
+
+/* launch_seq for plait_cuda_proxy_kick when a launch was captured into a CUDA
+ * graph: its replays are not known to the host, so the proxy polls (with
+ * backoff) until plait_cuda_proxy_stop. */
+#define PLAIT_PROXY_FOREVER UINT64_MAX
+
+/* The kernel's host-mapped words the proxy watches (host addresses): status
+ * (kargs.status: [0] = completed launches) and the abort word
+ * (kargs.abort_flag), which the proxy raises when a proxied peer fails so that
+ * every kernel wait ends. coll.c calls it before plait_cuda_proxy_start
+ * (start fails without it when there are proxied connections). */
+void plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word);
+
+/* 1 while the proxy may be using the communicator's socket connections (a
+ * kicked launch not yet complete, or its sends not yet on the wire), else 0
+ * (also when there is no proxy). The CPU executor must not run host ops on a
+ * communicator while this is 1: before each host op it waits (yielding, with
+ * its deadline and the abort flag) until it reads 0. Reading 0 also hands
+ * back to the host connections the slots the proxy had fetched for the
+ * kernel that no launch drained (they belong to the host op): without this
+ * call a host op after device ops on a proxied communicator can read the
+ * wrong slots. The acquire load pairs with the proxy's release store after
+ * its last use of the connections (their counters are then the executor's
+ * again). Call it on the communicator's issuing thread (the one whose kicks
+ * it orders against); cheap: two loads, plus one pass over the proxied
+ * connections when idle. */
+int plait_cuda_proxy_busy(struct plait_comm *comm);
+
+/* 1 when a launch with proxied connections was captured into a CUDA graph:
+ * the proxy then serves the connections for the communicator's life (a graph
+ * may be replayed at any time), so host operations on it are refused. */
+int plait_cuda_proxy_captured(struct plait_comm *comm);
+
+/* ---------------------------------------------------------------- ce.c
+ * Memory windows (plait_comm_window_register, include/plait.h) and the
+ * copy-engine all-gather and broadcast between ranks of one host. */
+
+/* Issues op (a device allgather or broadcast) on `stream` with copy engines
+ * (cuMemcpyAsync between windows, ordered across ranks by cuStreamWriteValue64
+ * / cuStreamWaitValue64 flags) when PLAIT_CE_COLL allows it, every rank is on
+ * this host and the buffers lie in windows. Returns 1 when it took the op
+ * (*err then says whether issuing succeeded), 0 when the kernel path must run
+ * it (*err = PLAIT_SUCCESS). No host synchronisation, no allocation. */
+int plait_cuda_ce_try(struct plait_op *op, void *stream, plait_result_t *err);
+
+/* Frees the windows the user left registered and the copy-engine flags (after
+ * the communicator's device work is done, or after an abort). coll.c's
+ * plait_cuda_comm_free calls it (idempotent; no-op without windows). */
+void plait_cuda_ce_free(struct plait_comm *comm);
 
 #endif
