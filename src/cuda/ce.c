@@ -156,7 +156,7 @@ static void ce_close_flags(struct plait_cuda_ce *ce, int nranks)
 {
     for (int p = 0; ce->flags_map && p < nranks; p++)
         if (ce->flags_map[p])
-            ce->cu->IpcCloseMemHandle(ce->flags_map[p]);
+            plait_cu_ipc_close(ce->cu, ce->flags_map[p]);
     if (ce->flags)
         ce->cu->MemFree(ce->flags);
     free(ce->peer_flags);
@@ -170,7 +170,7 @@ static void window_free(struct plait_window *w, const struct plait_cu *cu, int n
 {
     for (int p = 0; w->ipc_map && p < nranks; p++)
         if (w->ipc_map[p])
-            cu->IpcCloseMemHandle(w->ipc_map[p]);
+            plait_cu_ipc_close(cu, w->ipc_map[p]);
     free(w->peer_base);
     free(w->ipc_map);
     w->magic = 0;
@@ -297,7 +297,7 @@ static plait_result_t open_peers(struct plait_comm *comm, struct plait_cuda_ce *
         if (!all[p].has_ipc)
             return plait_error(PLAIT_ERR_INTERNAL, "plait_comm_window_register: rank %d sent no IPC handle", p);
         plait_cudevptr m = 0;
-        int r = cu->IpcOpenMemHandle(&m, all[p].win_ipc, PLAIT_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        int r = plait_cu_ipc_open(cu, &all[p].win_ipc, &m);
         if (r) {
             char who[160];
             return plait_error_context(plait_cu_error(r, "plait_comm_window_register", "cuIpcOpenMemHandle"),
@@ -306,7 +306,7 @@ static plait_result_t open_peers(struct plait_comm *comm, struct plait_cuda_ce *
         w->ipc_map[p] = m;
         w->peer_base[p] = m + all[p].alloc_off;
         if (first) {
-            if ((r = cu->IpcOpenMemHandle(&m, all[p].flags_ipc, PLAIT_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != 0) {
+            if ((r = plait_cu_ipc_open(cu, &all[p].flags_ipc, &m)) != 0) {
                 char who[160];
                 return plait_error_context(plait_cu_error(r, "plait_comm_window_register", "cuIpcOpenMemHandle"),
                                            "opening the copy-engine flags of %s",

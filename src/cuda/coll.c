@@ -408,8 +408,7 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
                                                  "CUDA setup on rank %d: rank %d published no IPC handle", me, p);
                             goto out;
                         }
-                        if ((r = cu->IpcOpenMemHandle(&cc->peer_seg[p], segs[p].ipc,
-                                                      PLAIT_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))) {
+                        if ((r = plait_cu_ipc_open(cu, &segs[p].ipc, &cc->peer_seg[p]))) {
                             char what[96];
                             snprintf(what, sizeof(what), "rank %d's device FIFOs (device %s) on rank %d (device %s)",
                                      p, cards[p].bus_id, me, cc->bus_id);
@@ -697,7 +696,7 @@ void plait_cuda_comm_free(struct plait_comm *comm)
         if (cc->peer_ipc)
             for (int p = 0; p < comm->nranks; p++)
                 if (cc->peer_ipc[p])
-                    cu->IpcCloseMemHandle(cc->peer_seg[p]);
+                    plait_cu_ipc_close(cu, cc->peer_seg[p]);
         if (cc->seg)
             cu->MemFree(cc->seg);
         if (cc->pinned)

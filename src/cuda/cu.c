@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../env.h"
@@ -272,4 +273,68 @@ const char *plait_mem_kind_name(int kind)
     default:
         return "unknown";
     }
+}
+
+/* ---------------------------------------------------------------- IPC imports */
+
+struct ipc_import {
+    plait_cu_ipc_handle handle;
+    plait_cudevptr ptr;
+    int users;
+    struct ipc_import *next;
+};
+
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ipc_import *ipc_imports;
+
+int plait_cu_ipc_open(const struct plait_cu *cu, const plait_cu_ipc_handle *h, plait_cudevptr *p_out)
+{
+    pthread_mutex_lock(&ipc_lock);
+    for (struct ipc_import *im = ipc_imports; im; im = im->next)
+        if (memcmp(&im->handle, h, sizeof(*h)) == 0) {
+            im->users++;
+            *p_out = im->ptr;
+            pthread_mutex_unlock(&ipc_lock);
+            return PLAIT_CU_SUCCESS;
+        }
+    struct ipc_import *im = calloc(1, sizeof(*im));
+    if (!im) {
+        pthread_mutex_unlock(&ipc_lock);
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    }
+    plait_cudevptr p = 0;
+    int r = cu->IpcOpenMemHandle(&p, *h, PLAIT_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != PLAIT_CU_SUCCESS) {
+        pthread_mutex_unlock(&ipc_lock);
+        free(im);
+        return r;
+    }
+    im->handle = *h;
+    im->ptr = p;
+    im->users = 1;
+    im->next = ipc_imports;
+    ipc_imports = im;
+    pthread_mutex_unlock(&ipc_lock);
+    *p_out = p;
+    return PLAIT_CU_SUCCESS;
+}
+
+int plait_cu_ipc_close(const struct plait_cu *cu, plait_cudevptr p)
+{
+    pthread_mutex_lock(&ipc_lock);
+    for (struct ipc_import **pp = &ipc_imports; *pp; pp = &(*pp)->next) {
+        struct ipc_import *im = *pp;
+        if (im->ptr != p)
+            continue;
+        int r = PLAIT_CU_SUCCESS;
+        if (--im->users == 0) {
+            *pp = im->next;
+            r = cu->IpcCloseMemHandle(p);
+            free(im);
+        }
+        pthread_mutex_unlock(&ipc_lock);
+        return r;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return 1; /* CUDA_ERROR_INVALID_VALUE: not opened here */
 }
