@@ -6,10 +6,22 @@
  * aggregated calls, then -c checking runs on fresh inputs. Ranks are forked
  * local processes (--np), threads of this process (--threads) or whatever the
  * launcher's environment describes (plait_comm_init_from_env).
+ *
+ * Buffers are host memory by default (nccl-tests always uses device memory).
+ * With -D 1 (or PLAIT_PERF_DEVICE=1) they are device memory of CUDA device 0,
+ * which every rank shares: each rank's thread (or process) retains the
+ * device's primary context before making its communicator, the buffers come
+ * from cuMemAlloc through plait's driver table (src/cuda/cu.h), the
+ * collectives run on a CUDA stream wrapped by plait_stream_from_cuda (-y 1:
+ * CUDA's default stream), timings end with cuStreamSynchronize, and the checks
+ * copy inputs in and results out through host shadows of the buffers. The
+ * harness's own bookkeeping (header, times, error counts) stays on host
+ * buffers and completes before returning (NULL stream).
  */
 #define _GNU_SOURCE
 
 #include "common.h"
+#include "cuda/cu.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -471,9 +483,10 @@ struct perf_options {
     int average, local_register, unalign, parallel_init;
     const char *json_path;
     int np, threads;
+    int device; /* -D 1: device buffers (CUDA device 0) */
 };
 
-enum { PERF_OPT_NP = 1000, PERF_OPT_THREADS };
+enum { PERF_OPT_NP = 1000, PERF_OPT_THREADS, PERF_OPT_DEVICE_IMPL };
 
 static void perf_usage(FILE *f, const char *prog)
 {
@@ -506,7 +519,9 @@ static void perf_usage(FILE *f, const char *prog)
             "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
             "[-R,--local_register <0/1/2> register send/recv buffers with plait_comm_register] \n\t"
             "[-u,--unalign <index of first element> misalign source and destination buffers (default: 0)] \n\t"
-            "[-G,--cudagraph <0>] [-D,--device_implementation <0>] [-I,--per_iter_timing <0>] (GPU-only, must be 0)\n\t"
+            "[-D,--device <0/1> 1=buffers in CUDA device memory (device 0, shared by every rank); default 0 = host memory, "
+            "or PLAIT_PERF_DEVICE] \n\t"
+            "[-G,--cudagraph <0>] [--device_implementation <0>] [-I,--per_iter_timing <0>] (must be 0)\n\t"
             "[-x,--cta_policy] [-V,--device_cta_count] [-M,--memory] [-K,--per_iter_skip] (accepted, ignored)\n\t"
             "[-h,--help]\n",
             prog);
@@ -634,7 +649,8 @@ static int perf_parse_options(int argc, char **argv, struct perf_options *o)
         {"average", required_argument, 0, 'a'},
         {"local_register", required_argument, 0, 'R'},
         {"cta_policy", required_argument, 0, 'x'},
-        {"device_implementation", required_argument, 0, 'D'},
+        {"device", required_argument, 0, 'D'},
+        {"device_implementation", required_argument, 0, PERF_OPT_DEVICE_IMPL},
         {"device_cta_count", required_argument, 0, 'V'},
         {"memory", required_argument, 0, 'M'},
         {"unalign", required_argument, 0, 'u'},
@@ -690,7 +706,10 @@ static int perf_parse_options(int argc, char **argv, struct perf_options *o)
         case 'y': bad = perf_parse_int(optarg, "-y (stream_null)", 0, 1, &o->stream_null); break;
         case 'T': bad = perf_parse_int(optarg, "-T (timeout)", 0, 1 << 30, &o->timeout_s); break;
         case 'G': bad = perf_parse_int(optarg, "-G (cudagraph; GPU-only)", 0, 0, &zero); break;
-        case 'D': bad = perf_parse_int(optarg, "-D (device_implementation; GPU-only)", 0, 0, &zero); break;
+        case 'D': bad = perf_parse_int(optarg, "-D (device buffers)", 0, 1, &o->device); break;
+        case PERF_OPT_DEVICE_IMPL:
+            bad = perf_parse_int(optarg, "--device_implementation (not supported)", 0, 0, &zero);
+            break;
         case 'I': bad = perf_parse_int(optarg, "-I (per_iter_timing; not supported)", 0, 0, &zero); break;
         case 'x': case 'V': case 'M': case 'K':
             break;
@@ -727,6 +746,14 @@ static int perf_parse_options(int argc, char **argv, struct perf_options *o)
     }
     if (o->np && o->threads) {
         fprintf(stderr, "%s: --np and --threads are exclusive\n", o->prog);
+        return -1;
+    }
+    if (o->device && o->stream_null && o->threads > 1) {
+        /* One process has one default stream: the ranks' kernels would run one
+         * after the other, each waiting for the next. */
+        fprintf(stderr, "%s: -y 1 with -D 1 and --threads > 1 would put every rank's kernels on CUDA's one default "
+                        "stream, where they wait for each other forever; use -y 0 (a stream per rank) or --np\n",
+                o->prog);
         return -1;
     }
     return 0;
@@ -914,8 +941,15 @@ struct perf_rank {
     plait_stream_t stream;
     int is_printer;
     FILE *json;
-    unsigned char *send_alloc, *recv_alloc;
+    unsigned char *send_alloc, *recv_alloc; /* host buffers, or the host shadows of the device ones */
     size_t alloc_bytes;
+    /* -D 1: the driver, device 0's primary context (retained by this rank), the
+     * CUDA stream the collectives run on (NULL with -y 1: CUDA's default
+     * stream) and the device buffers. */
+    const struct plait_cu *cu;
+    void *cu_ctx;
+    void *cu_stream;
+    plait_cudevptr dev_send, dev_recv;
     void *send_handle, *recv_handle;
     uint64_t seed_counter;
     double bw_sum;
@@ -933,8 +967,36 @@ static int perf_ok(struct perf_rank *ctx, plait_result_t res, const char *call)
     return 0;
 }
 
+static int perf_cu_ok(struct perf_rank *ctx, int res, const char *call)
+{
+    char buf[128];
+    if (res == PLAIT_CU_SUCCESS)
+        return 1;
+    fprintf(stderr, "%s: rank %d on %s: %s failed: %s\n", ctx->opt->prog, ctx->run.rank, ctx->host, call,
+            plait_cu_strerror(res, buf, sizeof(buf)));
+    return 0;
+}
+
+/* The stream of the harness's own calls on host buffers: with device buffers
+ * they complete before returning (NULL), so they never wait on the CUDA stream. */
+static plait_stream_t perf_host_stream(struct perf_rank *ctx)
+{
+    return ctx->cu ? NULL : ctx->stream;
+}
+
 static int perf_sync(struct perf_rank *ctx)
 {
+    if (ctx->cu) {
+        /* The collectives' kernels report failures asynchronously. */
+        int res = ctx->cu_stream ? ctx->cu->StreamSynchronize(ctx->cu_stream) : ctx->cu->CtxSynchronize();
+        if (!perf_cu_ok(ctx, res, ctx->cu_stream ? "cuStreamSynchronize" : "cuCtxSynchronize"))
+            return -1;
+        plait_result_t async = PLAIT_SUCCESS;
+        if (plait_comm_get_async_error(ctx->comm, &async) == PLAIT_SUCCESS && async != PLAIT_SUCCESS &&
+            async != PLAIT_IN_PROGRESS)
+            return perf_ok(ctx, async, "device collective (asynchronous error)") ? 0 : -1;
+        return 0;
+    }
     if (!ctx->stream)
         return 0;
     return perf_ok(ctx, plait_stream_synchronize(ctx->stream), "plait_stream_synchronize") ? 0 : -1;
@@ -942,7 +1004,9 @@ static int perf_sync(struct perf_rank *ctx)
 
 static int perf_barrier(struct perf_rank *ctx)
 {
-    if (!perf_ok(ctx, plait_barrier(ctx->comm, ctx->stream), "plait_barrier"))
+    if (ctx->cu && perf_sync(ctx))
+        return -1;
+    if (!perf_ok(ctx, plait_barrier(ctx->comm, perf_host_stream(ctx)), "plait_barrier"))
         return -1;
     return perf_sync(ctx);
 }
@@ -955,9 +1019,9 @@ static int perf_combine_time(struct perf_rank *ctx, double *sec)
     plait_result_t res;
 
     if (ctx->opt->average == 0)
-        res = plait_broadcast(&in, &out, 1, PLAIT_FLOAT64, 0, ctx->comm, ctx->stream);
+        res = plait_broadcast(&in, &out, 1, PLAIT_FLOAT64, 0, ctx->comm, perf_host_stream(ctx));
     else
-        res = plait_allreduce(&in, &out, 1, PLAIT_FLOAT64, ops[ctx->opt->average], ctx->comm, ctx->stream);
+        res = plait_allreduce(&in, &out, 1, PLAIT_FLOAT64, ops[ctx->opt->average], ctx->comm, perf_host_stream(ctx));
     if (!perf_ok(ctx, res, ctx->opt->average == 0 ? "plait_broadcast (time)" : "plait_allreduce (time)"))
         return -1;
     if (perf_sync(ctx))
@@ -971,7 +1035,7 @@ static int perf_combine_time(struct perf_rank *ctx, double *sec)
 static int perf_sum_int64(struct perf_rank *ctx, int64_t *value)
 {
     int64_t in = *value, out = 0;
-    if (!perf_ok(ctx, plait_allreduce(&in, &out, 1, PLAIT_INT64, PLAIT_SUM, ctx->comm, ctx->stream),
+    if (!perf_ok(ctx, plait_allreduce(&in, &out, 1, PLAIT_INT64, PLAIT_SUM, ctx->comm, perf_host_stream(ctx)),
                  "plait_allreduce (#wrong)"))
         return -1;
     if (perf_sync(ctx))
@@ -1000,7 +1064,8 @@ static int perf_print_header(struct perf_rank *ctx)
     memcpy(mine, &rank, 4);
     memcpy(mine + 4, &pid, 4);
     memcpy(mine + 8, ctx->host, PERF_HOST_LEN);
-    if (!perf_ok(ctx, plait_allgather(mine, all, REC, PLAIT_UINT8, ctx->comm, ctx->stream), "plait_allgather (ranks)") ||
+    if (!perf_ok(ctx, plait_allgather(mine, all, REC, PLAIT_UINT8, ctx->comm, perf_host_stream(ctx)),
+                 "plait_allgather (ranks)") ||
         perf_sync(ctx)) {
         free(all);
         return -1;
@@ -1019,7 +1084,11 @@ static int perf_print_header(struct perf_rank *ctx)
     if (o->unalign)
         printf(" unalign: %d", o->unalign);
     printf("\n");
-    printf("# Ranks: %d (%s); stream: %s\n", n, ctx->launch, ctx->stream ? "plait host stream" : "NULL (-y 1)");
+    printf("# Ranks: %d (%s); stream: %s\n", n, ctx->launch,
+           ctx->cu ? (ctx->stream ? "CUDA stream (plait_stream_from_cuda)" : "CUDA default stream (-y 1)")
+                   : (ctx->stream ? "plait host stream" : "NULL (-y 1)"));
+    printf("# Buffers: %s\n", ctx->cu ? "CUDA device memory (cuMemAlloc on device 0, shared by every rank)"
+                                        : "host memory (-D 1 or PLAIT_PERF_DEVICE=1: device memory)");
     if (o->blocking == 1)
         printf("# Blocking Enabled: wait and barrier after each iteration\n");
     if (o->blocking == 2)
@@ -1036,7 +1105,10 @@ static int perf_print_header(struct perf_rank *ctx)
         memcpy(&rp, all + (size_t)r * REC + 4, 4);
         memcpy(host, all + (size_t)r * REC + 8, PERF_HOST_LEN);
         host[PERF_HOST_LEN] = '\0';
-        printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [host memory]\n", (int)rr, (int)rp, host);
+        if (ctx->cu)
+            printf("#  Rank %2d Group  0 Pid %6d on %10s device  0 [device memory]\n", (int)rr, (int)rp, host);
+        else
+            printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [host memory]\n", (int)rr, (int)rp, host);
     }
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n", "", "", "", "", "");
@@ -1050,14 +1122,64 @@ static int perf_print_header(struct perf_rank *ctx)
     return 0;
 }
 
+/* Where the collectives' buffers start: the device buffers with -D 1. */
 static unsigned char *perf_send_base(struct perf_rank *ctx)
 {
-    return ctx->send_alloc + (size_t)ctx->opt->unalign * ctx->run.elt_size;
+    unsigned char *base = ctx->cu ? (unsigned char *)(uintptr_t)ctx->dev_send : ctx->send_alloc;
+    return base + (size_t)ctx->opt->unalign * ctx->run.elt_size;
 }
 
 static unsigned char *perf_recv_base(struct perf_rank *ctx)
 {
-    return ctx->recv_alloc + (size_t)ctx->opt->unalign * ctx->run.elt_size;
+    unsigned char *base = ctx->cu ? (unsigned char *)(uintptr_t)ctx->dev_recv : ctx->recv_alloc;
+    return base + (size_t)ctx->opt->unalign * ctx->run.elt_size;
+}
+
+/* The host memory that mirrors a collective's buffer address p: p itself for
+ * host buffers, the same offset in the host shadow for device ones. */
+static unsigned char *perf_host_view(struct perf_rank *ctx, unsigned char *p)
+{
+    if (!ctx->cu)
+        return p;
+    uintptr_t a = (uintptr_t)p;
+    if (a >= ctx->dev_send && a < ctx->dev_send + ctx->alloc_bytes)
+        return ctx->send_alloc + (a - ctx->dev_send);
+    return ctx->recv_alloc + (a - ctx->dev_recv);
+}
+
+/* Host to device (no-op for host buffers): n bytes at the collective's address p
+ * from its host view. Setup only, outside the timed loops. */
+static int perf_to_device(struct perf_rank *ctx, unsigned char *p, size_t n)
+{
+    if (!ctx->cu || n == 0)
+        return 0;
+    return perf_cu_ok(ctx, ctx->cu->MemcpyHtoD((plait_cudevptr)(uintptr_t)p, perf_host_view(ctx, p), n),
+                      "cuMemcpyHtoD")
+               ? 0
+               : -1;
+}
+
+static int perf_from_device(struct perf_rank *ctx, unsigned char *p, size_t n)
+{
+    if (!ctx->cu || n == 0)
+        return 0;
+    return perf_cu_ok(ctx, ctx->cu->MemcpyDtoH(perf_host_view(ctx, p), (plait_cudevptr)(uintptr_t)p, n),
+                      "cuMemcpyDtoH")
+               ? 0
+               : -1;
+}
+
+/* memset on either kind of buffer; device memory through the collectives'
+ * stream, waited for. */
+static int perf_fill_bytes(struct perf_rank *ctx, unsigned char *p, int value, size_t n)
+{
+    memset(perf_host_view(ctx, p), value, n);
+    if (!ctx->cu || n == 0)
+        return 0;
+    if (!perf_cu_ok(ctx, ctx->cu->MemsetD8Async((plait_cudevptr)(uintptr_t)p, (unsigned char)value, n, ctx->cu_stream),
+                    "cuMemsetD8Async"))
+        return -1;
+    return perf_cu_ok(ctx, ctx->cu->StreamSynchronize(ctx->cu_stream), "cuStreamSynchronize") ? 0 : -1;
 }
 
 static size_t perf_total_bytes(const struct plait_perf_run *run)
@@ -1202,11 +1324,16 @@ static int perf_check(struct perf_rank *ctx, int is_inplace, int64_t *wrong_out)
         perf_place(ctx, is_inplace, 0, &send, &recv);
         /* A collective that writes nothing must not pass on stale results; in
          * place, the input then overwrites its part of the poisoned output. */
-        memset(recv, 0xa5, run->counts.recv_count * run->elt_size);
-        perf_fill_input(ctx, send);
+        if (perf_fill_bytes(ctx, recv, 0xa5, run->counts.recv_count * run->elt_size))
+            return -1;
+        perf_fill_input(ctx, perf_host_view(ctx, send));
+        if (perf_to_device(ctx, send, run->counts.send_count * run->elt_size))
+            return -1;
         if (perf_start_one(ctx, is_inplace, 0) || perf_after_iteration(ctx) || perf_sync(ctx))
             return -1;
-        wrong = perf_count_wrong(ctx, recv);
+        if (perf_from_device(ctx, recv, run->counts.recv_count * run->elt_size))
+            return -1;
+        wrong = perf_count_wrong(ctx, perf_host_view(ctx, recv));
         if (perf_sum_int64(ctx, &wrong))
             return -1;
         if (wrong)
@@ -1235,7 +1362,8 @@ static int perf_bench(struct perf_rank *ctx, int is_inplace, struct perf_half *h
         size_t total = perf_total_bytes(run);
         size_t steps = total ? o->max_bytes / total : 1;
         size_t used = steps < (size_t)ops + 1 ? steps : (size_t)ops + 1;
-        memset(perf_recv_base(ctx), 0, used * total);
+        if (perf_fill_bytes(ctx, perf_recv_base(ctx), 0, used * total))
+            return -1;
     }
 
     /* One untimed call, then line the ranks up. */
@@ -1415,6 +1543,91 @@ out:
     return status;
 }
 
+/* -D 1: the calling thread's hold on device 0's primary context, taken before
+ * its communicator is made (plait gives a communicator device state when the
+ * initialising thread has a current context, as NCCL takes the current device). */
+static __thread const struct plait_cu *perf_dev_cu;
+static __thread void *perf_dev_ctx;
+
+static int perf_device_enter(const struct perf_options *opt, int rank)
+{
+    char buf[128];
+    if (!opt->device)
+        return 0;
+    const struct plait_cu *cu = plait_cu_get();
+    if (!cu || cu->ndevices < 1) {
+        fprintf(stderr,
+                "%s: rank %d: -D 1 (device buffers) needs a CUDA device, and this process has none (no driver "
+                "could be loaded, cuInit failed or it reports no device; PLAIT_DEBUG=INFO says which)\n",
+                opt->prog, rank);
+        return -1;
+    }
+    void *ctx = NULL;
+    int res = cu->DevicePrimaryCtxRetain(&ctx, 0);
+    if (res == PLAIT_CU_SUCCESS) {
+        res = cu->CtxSetCurrent(ctx);
+        if (res != PLAIT_CU_SUCCESS)
+            cu->DevicePrimaryCtxRelease(0);
+    }
+    if (res != PLAIT_CU_SUCCESS) {
+        fprintf(stderr, "%s: rank %d: device 0's context: %s\n", opt->prog, rank, plait_cu_strerror(res, buf, sizeof(buf)));
+        return -1;
+    }
+    perf_dev_cu = cu;
+    perf_dev_ctx = ctx;
+    return 0;
+}
+
+static void perf_device_leave(void)
+{
+    if (perf_dev_cu)
+        perf_dev_cu->DevicePrimaryCtxRelease(0);
+    perf_dev_cu = NULL;
+    perf_dev_ctx = NULL;
+}
+
+/* -D 1: the CUDA stream of the collectives and the device buffers (the host
+ * ones stay as their shadows). */
+static int perf_alloc_device(struct perf_rank *ctx, size_t bytes)
+{
+    const struct plait_cu *cu = perf_dev_cu;
+    ctx->cu = cu;
+    ctx->cu_ctx = perf_dev_ctx;
+    if (!ctx->opt->stream_null) {
+        if (!perf_cu_ok(ctx, cu->StreamCreateWithPriority(&ctx->cu_stream, PLAIT_CU_STREAM_NON_BLOCKING, 0),
+                        "cuStreamCreateWithPriority"))
+            return -1;
+        if (!perf_ok(ctx, plait_stream_from_cuda(ctx->cu_stream, &ctx->stream), "plait_stream_from_cuda"))
+            return -1;
+        ctx->run.stream = ctx->stream;
+    }
+    if (!perf_cu_ok(ctx, cu->MemAlloc(&ctx->dev_send, bytes), "cuMemAlloc (send)") ||
+        !perf_cu_ok(ctx, cu->MemAlloc(&ctx->dev_recv, bytes), "cuMemAlloc (recv)"))
+        return -1;
+    if (perf_fill_bytes(ctx, (unsigned char *)(uintptr_t)ctx->dev_send, 0, bytes) ||
+        perf_fill_bytes(ctx, (unsigned char *)(uintptr_t)ctx->dev_recv, 0, bytes))
+        return -1;
+    return 0;
+}
+
+static void perf_free_device(struct perf_rank *ctx)
+{
+    if (!ctx->cu)
+        return;
+    if (ctx->cu_stream)
+        ctx->cu->StreamSynchronize(ctx->cu_stream);
+    else
+        ctx->cu->CtxSynchronize();
+    if (ctx->dev_send)
+        ctx->cu->MemFree(ctx->dev_send);
+    if (ctx->dev_recv)
+        ctx->cu->MemFree(ctx->dev_recv);
+    if (ctx->cu_stream)
+        ctx->cu->StreamDestroy(ctx->cu_stream);
+    ctx->dev_send = ctx->dev_recv = 0;
+    ctx->cu_stream = NULL;
+}
+
 static int perf_alloc_buffers(struct perf_rank *ctx)
 {
     const struct perf_options *o = ctx->opt;
@@ -1434,10 +1647,14 @@ static int perf_alloc_buffers(struct perf_rank *ctx)
     ctx->send_alloc = s;
     ctx->recv_alloc = r;
     ctx->alloc_bytes = bytes;
+    if (o->device && perf_alloc_device(ctx, bytes))
+        return -1;
     if (o->local_register) {
-        if (!perf_ok(ctx, plait_comm_register(ctx->comm, s, bytes, &ctx->send_handle), "plait_comm_register (send)"))
+        void *rs = perf_send_base(ctx) - (size_t)o->unalign * ctx->run.elt_size;
+        void *rr = perf_recv_base(ctx) - (size_t)o->unalign * ctx->run.elt_size;
+        if (!perf_ok(ctx, plait_comm_register(ctx->comm, rs, bytes, &ctx->send_handle), "plait_comm_register (send)"))
             return -1;
-        if (!perf_ok(ctx, plait_comm_register(ctx->comm, r, bytes, &ctx->recv_handle), "plait_comm_register (recv)"))
+        if (!perf_ok(ctx, plait_comm_register(ctx->comm, rr, bytes, &ctx->recv_handle), "plait_comm_register (recv)"))
             return -1;
     }
     return 0;
@@ -1500,7 +1717,7 @@ static int perf_rank_main(const struct perf_options *opt, const struct plait_per
         !perf_ok(&ctx, plait_comm_count(comm, &ctx.run.nranks), "plait_comm_count"))
         goto err;
     ctx.is_printer = ctx.run.rank == 0;
-    if (!opt->stream_null) {
+    if (!opt->stream_null && !opt->device) {
         if (!perf_ok(&ctx, plait_stream_create(&ctx.stream), "plait_stream_create"))
             goto err;
         ctx.run.stream = ctx.stream;
@@ -1512,7 +1729,8 @@ static int perf_rank_main(const struct perf_options *opt, const struct plait_per
         else
             printf("# Writing JSON output to %s\n", opt->json_path);
     }
-    if (perf_print_header(&ctx) || perf_alloc_buffers(&ctx) || perf_run_all(&ctx))
+    /* Device buffers first: the header says which kind the ranks use. */
+    if (perf_alloc_buffers(&ctx) || perf_print_header(&ctx) || perf_run_all(&ctx))
         goto err;
 
     if (ctx.is_printer) {
@@ -1523,6 +1741,8 @@ static int perf_rank_main(const struct perf_options *opt, const struct plait_per
     }
     status = ctx.error_rows ? 1 : 0;
 
+    if (ctx.cu && perf_sync(&ctx))
+        status = 1;
     if (ctx.stream && !perf_ok(&ctx, plait_stream_destroy(ctx.stream), "plait_stream_destroy"))
         status = 1;
     ctx.stream = NULL;
@@ -1545,6 +1765,8 @@ err:
 out:
     if (ctx.json)
         fclose(ctx.json);
+    /* After the communicator is gone (or aborted): no kernel uses the buffers. */
+    perf_free_device(&ctx);
     free(ctx.send_alloc);
     free(ctx.recv_alloc);
     return status;
@@ -1577,14 +1799,18 @@ static int perf_child_main(const struct perf_options *opt, const struct plait_pe
 
     if (perf_watchdog_start(opt->timeout_s, 1))
         return 1;
+    if (perf_device_enter(opt, rank))
+        return 1;
     perf_init_config(opt, &config);
     plait_result_t res = plait_comm_init_rank_config(&comm, opt->np, id, rank, &config);
     if (res != PLAIT_SUCCESS) {
         perf_report_init_failure(opt, rank, "plait_comm_init_rank_config", res);
+        perf_device_leave();
         return 1;
     }
     snprintf(launch, sizeof(launch), "--np %d: forked local processes", opt->np);
     int status = perf_rank_main(opt, coll, comm, 0, launch);
+    perf_device_leave();
     perf_watchdog_stop();
     return status;
 }
@@ -1741,17 +1967,33 @@ struct perf_thread_state {
 struct perf_thread_arg {
     const struct perf_options *opt;
     const struct plait_perf_coll *coll;
-    plait_comm_t comm;
+    plait_comm_t comm; /* NULL with -D 1: the thread makes its own from id */
     int slot;
     int status;
     const char *launch;
     struct perf_thread_state *state;
+    plait_unique_id_t id;
 };
 
 static void *perf_thread_main(void *p)
 {
     struct perf_thread_arg *a = p;
-    a->status = perf_rank_main(a->opt, a->coll, a->comm, a->slot, a->launch);
+    if (!a->comm) {
+        /* Device buffers: this thread's context first, then its communicator. */
+        plait_config_t config;
+        perf_init_config(a->opt, &config);
+        a->status = 1;
+        if (perf_device_enter(a->opt, a->slot) == 0) {
+            plait_result_t res = plait_comm_init_rank_config(&a->comm, a->opt->threads, a->id, a->slot, &config);
+            if (res != PLAIT_SUCCESS)
+                perf_report_init_failure(a->opt, a->slot, "plait_comm_init_rank_config", res);
+            else
+                a->status = perf_rank_main(a->opt, a->coll, a->comm, a->slot, a->launch);
+            perf_device_leave();
+        }
+    } else {
+        a->status = perf_rank_main(a->opt, a->coll, a->comm, a->slot, a->launch);
+    }
     pthread_mutex_lock(&a->state->lock);
     a->state->done++;
     if (a->status)
@@ -1777,16 +2019,18 @@ static int perf_run_threads(const struct perf_options *opt, const struct plait_p
         fprintf(stderr, "%s: out of memory\n", opt->prog);
         goto out;
     }
-    plait_result_t res = plait_comm_init_all(comms, n, NULL);
+    plait_unique_id_t id;
+    memset(&id, 0, sizeof(id));
+    plait_result_t res = opt->device ? plait_get_unique_id(&id) : plait_comm_init_all(comms, n, NULL);
     if (res != PLAIT_SUCCESS) {
-        perf_report_init_failure(opt, -1, "plait_comm_init_all", res);
+        perf_report_init_failure(opt, -1, opt->device ? "plait_get_unique_id" : "plait_comm_init_all", res);
         goto out;
     }
     if (perf_watchdog_start(opt->timeout_s, n))
         goto out;
     snprintf(launch, sizeof(launch), "--threads %d: one thread per rank", n);
     for (int r = 0; r < n; r++) {
-        args[r] = (struct perf_thread_arg){opt, coll, comms[r], r, 1, launch, &state};
+        args[r] = (struct perf_thread_arg){opt, coll, comms[r], r, 1, launch, &state, id};
         int err = pthread_create(&tids[r], NULL, perf_thread_main, &args[r]);
         if (err) {
             /* The ranks already running wait for this one forever. */
@@ -1842,12 +2086,17 @@ static int perf_run_env(const struct perf_options *opt, const struct plait_perf_
             has_launcher = 1;
     if (perf_watchdog_start(opt->timeout_s, 1))
         return 1;
+    if (perf_device_enter(opt, 0)) {
+        perf_watchdog_stop();
+        return 1;
+    }
     perf_init_config(opt, &config);
     if (has_launcher) {
         launch = "launcher environment";
         res = plait_comm_init_from_env(&comm, &config);
         if (res != PLAIT_SUCCESS) {
             perf_report_init_failure(opt, -1, "plait_comm_init_from_env", res);
+            perf_device_leave();
             perf_watchdog_stop();
             return 1;
         }
@@ -1859,11 +2108,13 @@ static int perf_run_env(const struct perf_options *opt, const struct plait_perf_
             res = plait_comm_init_rank_config(&comm, 1, id, 0, &config);
         if (res != PLAIT_SUCCESS) {
             perf_report_init_failure(opt, 0, "plait_comm_init_rank_config", res);
+            perf_device_leave();
             perf_watchdog_stop();
             return 1;
         }
     }
     int status = perf_rank_main(opt, coll, comm, 0, launch);
+    perf_device_leave();
     perf_watchdog_stop();
     return status;
 }
@@ -1889,6 +2140,8 @@ int plait_perf_main(int argc, char **argv, const struct plait_perf_coll *coll)
     opt.op = PLAIT_SUM;
     opt.root = 0;
     opt.average = 1;
+    const char *dev_env = getenv("PLAIT_PERF_DEVICE");
+    opt.device = dev_env && strcmp(dev_env, "1") == 0;
 
     /* Every line is flushed, so that progress shows through pipes too. */
     setvbuf(stdout, NULL, _IOLBF, 0);

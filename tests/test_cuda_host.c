@@ -1,0 +1,694 @@
+/* The CUDA backend's host-side logic against the CUDA test double (suite
+ * cuda_host): pointer classification, routing and its errors, stream
+ * ordering, no host synchronisation on the hot path, CUDA-graph capture and
+ * replay, grouped launches, device collectives equal to the CPU backend's,
+ * processes sharing device memory through IPC, abort of a device wait.
+ *
+ * The double (tests/cuda_double.c) is loaded through PLAIT_CUDA_LIBRARY, the
+ * same dlopen path as libcuda.so.1: device memory is host memory and kernels
+ * run their host emulation, one thread per CTA. Nothing here ran on a GPU:
+ * every test's name ends in "_double" and each prints so once. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/cu.h"
+#include "cuda_compare.h"
+#include "cuda_double.h"
+#include "plait.h"
+
+#ifndef PLAIT_CUDA_DOUBLE_PATH
+#error "PLAIT_CUDA_DOUBLE_PATH (the double's path) comes from tests/meson.build"
+#endif
+
+#define DOUBLE_NOTE "(CUDA test double, not a GPU)"
+
+static void use_double(void)
+{
+    /* Before plait first loads the driver (every test runs in its own process). */
+    setenv("PLAIT_CUDA_LIBRARY", PLAIT_CUDA_DOUBLE_PATH, 1);
+    setenv("PLAIT_CUDA_DOUBLE_TIMEOUT", "30", 1);
+    printf("%s %s\n", criterion_current_test->name, DOUBLE_NOTE);
+    fflush(stdout);
+}
+
+TestSuite(cuda_host, .init = use_double, .timeout = 60);
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const struct plait_cu *driver(void)
+{
+    const struct plait_cu *cu = plait_cu_get();
+    cr_assert(cu, "plait did not load the test double %s", PLAIT_CUDA_DOUBLE_PATH);
+    cr_assert(cu->is_double, "plait loaded %s, which is not the test double", cu->path);
+    return cu;
+}
+
+/* The calling thread's current context: device 0's primary one. */
+static void enter_device(const struct plait_cu *cu)
+{
+    void *ctx = NULL;
+    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, 0), 0);
+    cr_assert_eq(cu->CtxSetCurrent(ctx), 0);
+}
+
+static void *dev_alloc(const struct plait_cu *cu, size_t bytes)
+{
+    plait_cudevptr p = 0;
+    cr_assert_eq(cu->MemAlloc(&p, bytes), 0, "cuMemAlloc(%zu)", bytes);
+    return (void *)(uintptr_t)p;
+}
+
+static void dev_free(const struct plait_cu *cu, void *p)
+{
+    cu->MemFree((plait_cudevptr)(uintptr_t)p);
+}
+
+static struct plait_cuda_double_stats stats(void)
+{
+    struct plait_cuda_double_stats s;
+    plait_cuda_double_stats_get(&s);
+    return s;
+}
+
+/* ------------------------------------------------------------------ rank threads */
+
+struct rank_env;
+typedef int (*rank_fn)(struct rank_env *e, char *msg, size_t len);
+
+struct rank_shared {
+    int n;
+    int has_context;
+    plait_unique_id_t id;
+    rank_fn fn;
+    void *arg;
+    pthread_barrier_t barrier;
+    plait_comm_t comms[8];
+};
+
+struct rank_env {
+    struct rank_shared *sh;
+    const struct plait_cu *cu;
+    int rank, n;
+    plait_comm_t comm;
+    void *arg;
+    int result;
+    int done;
+    char msg[400];
+};
+
+static void *rank_thread(void *p)
+{
+    struct rank_env *e = p;
+    void *ctx = NULL;
+    e->result = 1;
+    if (e->sh->has_context && (e->cu->DevicePrimaryCtxRetain(&ctx, 0) || e->cu->CtxSetCurrent(ctx))) {
+        snprintf(e->msg, sizeof(e->msg), "rank %d: no context", e->rank);
+        goto out;
+    }
+    plait_result_t r = plait_comm_init_rank(&e->comm, e->n, e->sh->id, e->rank);
+    if (r) {
+        snprintf(e->msg, sizeof(e->msg), "rank %d: init: %s", e->rank, plait_get_last_error(NULL));
+        goto out;
+    }
+    e->sh->comms[e->rank] = e->comm;
+    e->result = e->sh->fn(e, e->msg, sizeof(e->msg));
+    if (e->comm)
+        plait_comm_destroy(e->comm);
+out:
+    __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Runs fn on n rank threads (each with device 0's context when has_context),
+ * each with its own communicator; fails the test on any rank's failure or
+ * when a rank overruns timeout_s. */
+static void run_ranks(int n, int has_context, rank_fn fn, void *arg, double timeout_s)
+{
+    const struct plait_cu *cu = driver();
+    struct rank_shared sh;
+    struct rank_env env[8];
+    pthread_t tid[8];
+    memset(&sh, 0, sizeof(sh));
+    memset(env, 0, sizeof(env));
+    sh.n = n;
+    sh.has_context = has_context;
+    sh.fn = fn;
+    sh.arg = arg;
+    pthread_barrier_init(&sh.barrier, NULL, (unsigned)n);
+    cr_assert_eq(plait_get_unique_id(&sh.id), PLAIT_SUCCESS);
+    for (int r = 0; r < n; r++) {
+        env[r] = (struct rank_env){&sh, cu, r, n, NULL, arg, 1, 0, ""};
+        cr_assert_eq(pthread_create(&tid[r], NULL, rank_thread, &env[r]), 0);
+    }
+    const double deadline = now_s() + timeout_s;
+    for (int r = 0; r < n; r++) {
+        while (!__atomic_load_n(&env[r].done, __ATOMIC_ACQUIRE)) {
+            /* A stuck rank cannot be joined: the test process ends here. */
+            cr_assert(now_s() < deadline, "rank %d still running after %.0f s", r, timeout_s);
+            usleep(2000);
+        }
+        pthread_join(tid[r], NULL);
+    }
+    for (int r = 0; r < n; r++)
+        cr_expect_eq(env[r].result, 0, "rank %d: %s", r, env[r].msg);
+    pthread_barrier_destroy(&sh.barrier);
+}
+
+static void rank_barrier(struct rank_env *e)
+{
+    pthread_barrier_wait(&e->sh->barrier);
+}
+
+#define FAILF(...)                                  \
+    do {                                            \
+        snprintf(msg, len, __VA_ARGS__);            \
+        return 1;                                   \
+    } while (0)
+
+/* ------------------------------------------------------------------ classification */
+
+Test(cuda_host, classify_double)
+{
+    const struct plait_cu *cu = driver();
+    const uint64_t contexts0 = stats().contexts_created;
+    int dev = 7;
+    char *host = malloc(4096);
+
+    /* A host-only program: classification and a whole collective create no context. */
+    cr_expect_eq(plait_mem_kind(host, &dev), PLAIT_MEM_HOST);
+    cr_expect_eq(dev, -1);
+    cr_expect_eq(plait_mem_kind(NULL, &dev), PLAIT_MEM_HOST);
+    plait_unique_id_t id;
+    plait_comm_t comm;
+    cr_assert_eq(plait_get_unique_id(&id), PLAIT_SUCCESS);
+    cr_assert_eq(plait_comm_init_rank(&comm, 1, id, 0), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    float x[4] = {1, 2, 3, 4}, y[4];
+    cr_expect_eq(plait_allreduce(x, y, 4, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL), PLAIT_SUCCESS, "%s",
+                 plait_get_last_error(comm));
+    cr_expect_eq(y[3], 4.0f);
+    cr_expect_eq(plait_comm_destroy(comm), PLAIT_SUCCESS);
+    void *cur = (void *)1;
+    cr_expect_eq(cu->CtxGetCurrent(&cur), 0);
+    cr_expect_null(cur, "a host-only program got a current context");
+    cr_expect_eq(stats().contexts_created, contexts0, "a host-only program created a CUDA context");
+
+    /* With a context: device, registered host, managed; interior pointers too. */
+    enter_device(cu);
+    char *d = dev_alloc(cu, 1 << 20);
+    cr_expect_eq(plait_mem_kind(d, &dev), PLAIT_MEM_DEVICE);
+    cr_expect_eq(dev, 0);
+    cr_expect_eq(plait_mem_kind(d + 12345, &dev), PLAIT_MEM_DEVICE, "an interior device pointer");
+    void *pinned = NULL;
+    cr_assert_eq(cu->MemHostAlloc(&pinned, 1 << 16, PLAIT_CU_MEMHOSTALLOC_PORTABLE), 0);
+    cr_expect_eq(plait_mem_kind(pinned, &dev), PLAIT_MEM_REGISTERED);
+    cr_expect_eq(dev, -1);
+    int (*alloc_managed)(plait_cudevptr *, size_t, unsigned) = NULL;
+    *(void **)&alloc_managed = dlsym(cu->lib, "cuMemAllocManaged");
+    cr_assert(alloc_managed, "the double exports no cuMemAllocManaged");
+    plait_cudevptr m = 0;
+    cr_assert_eq(alloc_managed(&m, 1 << 16, 1 /* CU_MEM_ATTACH_GLOBAL */), 0);
+    cr_expect_eq(plait_mem_kind((void *)(uintptr_t)m, &dev), PLAIT_MEM_MANAGED);
+    cr_expect_eq(plait_mem_kind(host, &dev), PLAIT_MEM_HOST, "malloc'd memory with a context");
+    cr_expect_str_eq(plait_mem_kind_name(PLAIT_MEM_DEVICE), "device");
+    cu->MemFree(m);
+    cu->MemFreeHost(pinned);
+    dev_free(cu, d);
+    free(host);
+}
+
+/* ------------------------------------------------------------------ routing errors */
+
+Test(cuda_host, mixed_kinds_double)
+{
+    const struct plait_cu *cu = driver();
+    enter_device(cu);
+    plait_unique_id_t id;
+    plait_comm_t comm;
+    cr_assert_eq(plait_get_unique_id(&id), PLAIT_SUCCESS);
+    cr_assert_eq(plait_comm_init_rank(&comm, 1, id, 0), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    float *d = dev_alloc(cu, 4096);
+    float host[256] = {0};
+    void *pinned = NULL;
+    cr_assert_eq(cu->MemHostAlloc(&pinned, 4096, 0), 0);
+
+    struct {
+        const void *s;
+        void *r;
+        const char *what;
+    } mixes[] = {{host, d, "host -> device"}, {d, host, "device -> host"}, {pinned, d, "registered -> device"}};
+    for (size_t i = 0; i < sizeof(mixes) / sizeof(mixes[0]); i++) {
+        plait_result_t r = plait_allreduce(mixes[i].s, mixes[i].r, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
+        const char *m = plait_get_last_error(NULL);
+        cr_expect_eq(r, PLAIT_ERR_INVALID_USAGE, "%s: %d (%s)", mixes[i].what, r, m);
+        cr_expect(strstr(m, "sendbuff") && strstr(m, "recvbuff"), "%s: the message names neither buffer: %s",
+                  mixes[i].what, m);
+    }
+    /* Nothing was started: the communicator still works, on either kind. */
+    cr_expect_eq(plait_allreduce(host, host, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL), PLAIT_SUCCESS, "%s",
+                 plait_get_last_error(comm));
+    cr_expect_eq(plait_allreduce(d, d, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL), PLAIT_SUCCESS, "%s",
+                 plait_get_last_error(comm));
+    cr_expect_eq(cu->CtxSynchronize(), 0);
+    plait_comm_destroy(comm);
+    cu->MemFreeHost(pinned);
+    dev_free(cu, d);
+}
+
+Test(cuda_host, no_context_double)
+{
+    const struct plait_cu *cu = driver();
+    /* The communicator is made on a thread without a current context... */
+    plait_unique_id_t id;
+    plait_comm_t comm;
+    cr_assert_eq(plait_get_unique_id(&id), PLAIT_SUCCESS);
+    cr_assert_eq(plait_comm_init_rank(&comm, 1, id, 0), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    /* ... so it takes host buffers only: device ones get a clear error. */
+    enter_device(cu);
+    float *d = dev_alloc(cu, 4096);
+    plait_result_t r = plait_allreduce(d, d, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL);
+    const char *m = plait_get_last_error(NULL);
+    cr_expect_eq(r, PLAIT_ERR_INVALID_USAGE, "got %d (%s)", r, m);
+    cr_expect(strstr(m, "device") != NULL, "the message does not say device buffers are the problem: %s", m);
+    float x = 1, y = 0;
+    cr_expect_eq(plait_allreduce(&x, &y, 1, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL), PLAIT_SUCCESS,
+                 "host buffers after the refusal: %s", plait_get_last_error(comm));
+    plait_comm_destroy(comm);
+    dev_free(cu, d);
+}
+
+/* ------------------------------------------------------------------ stream ordering */
+
+enum { ORDER_N = 1 << 16 };
+
+static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    void *s = NULL;
+    plait_stream_t ps;
+    float *in = dev_alloc(cu, ORDER_N * sizeof(float)), *out = dev_alloc(cu, ORDER_N * sizeof(float));
+    /* Device memory of the double is host memory: the test reads it directly. */
+    for (int i = 0; i < ORDER_N; i++) {
+        in[i] = (float)(e->rank + 1);
+        out[i] = -1.0f;
+    }
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    if (plait_cuda_double_stream_hold(s, 1))
+        FAILF("plait_cuda_double_stream_hold failed");
+    plait_result_t r = plait_allreduce(in, out, ORDER_N, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps);
+    if (r)
+        FAILF("allreduce on a held stream: %s", plait_get_last_error(e->comm));
+    /* Returned while the stream cannot have run it. */
+    usleep(50 * 1000);
+    if (out[0] != -1.0f || out[ORDER_N - 1] != -1.0f)
+        FAILF("the output changed while the stream was held (out[0] = %g)", out[0]);
+    rank_barrier(e);
+    plait_cuda_double_stream_hold(s, 0);
+    int cr = cu->StreamSynchronize(s);
+    if (cr)
+        FAILF("cuStreamSynchronize: %d", cr);
+    const float want = (float)(e->n * (e->n + 1) / 2);
+    for (int i = 0; i < ORDER_N; i++)
+        if (out[i] != want)
+            FAILF("after cuStreamSynchronize out[%d] = %g, want %g", i, out[i], want);
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, in);
+    dev_free(cu, out);
+    return 0;
+}
+
+Test(cuda_host, stream_order_double)
+{
+    run_ranks(2, 1, stream_order_rank, NULL, 40);
+}
+
+/* NULL stream with device buffers: CUDA's default stream, asynchronous too.
+ * One rank: ranks that share a GPU must not share a stream (their kernels
+ * would run one after the other, each waiting for the next). */
+static int default_stream_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    int *in = dev_alloc(cu, 1024 * sizeof(int)), *out = dev_alloc(cu, 1024 * sizeof(int));
+    for (int i = 0; i < 1024; i++) {
+        in[i] = i;
+        out[i] = -1;
+    }
+    plait_cuda_double_stream_hold(NULL, 1);
+    plait_result_t r = plait_allreduce(in, out, 1024, PLAIT_INT32, PLAIT_SUM, e->comm, NULL);
+    if (r)
+        FAILF("allreduce on the default stream: %s", plait_get_last_error(e->comm));
+    usleep(50 * 1000);
+    int early = out[1023];
+    plait_cuda_double_stream_hold(NULL, 0);
+    if (cu->CtxSynchronize())
+        FAILF("cuCtxSynchronize failed");
+    if (early != -1)
+        FAILF("out[1023] = %d before the default stream ran", early);
+    for (int i = 0; i < 1024; i++)
+        if (out[i] != i)
+            FAILF("out[%d] = %d, want %d", i, out[i], i);
+    dev_free(cu, in);
+    dev_free(cu, out);
+    return 0;
+}
+
+Test(cuda_host, default_stream_double)
+{
+    run_ranks(1, 1, default_stream_rank, NULL, 40);
+}
+
+/* ------------------------------------------------------------------ no host sync on the hot path */
+
+static struct plait_cuda_double_stats hot_before, hot_after;
+
+static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    void *s = NULL;
+    plait_stream_t ps;
+    const size_t n = 4096;
+    float *a = dev_alloc(cu, n * sizeof(float)), *b = dev_alloc(cu, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        a[i] = 1.0f;
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    /* Warm-up: whatever a first call sets up (plans, connections) happens here. */
+    if (plait_allreduce(a, b, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps) || cu->StreamSynchronize(s))
+        FAILF("warm-up: %s", plait_get_last_error(e->comm));
+    rank_barrier(e);
+    if (e->rank == 0)
+        hot_before = stats();
+    rank_barrier(e);
+    for (int it = 0; it < 20; it++) {
+        plait_result_t r = plait_allreduce(it % 2 ? b : a, it % 2 ? a : b, n, PLAIT_FLOAT32, PLAIT_MAX, e->comm, ps);
+        if (r)
+            FAILF("call %d: %s", it, plait_get_last_error(e->comm));
+    }
+    rank_barrier(e);
+    if (e->rank == 0)
+        hot_after = stats();
+    rank_barrier(e);
+    if (cu->StreamSynchronize(s))
+        FAILF("cuStreamSynchronize");
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != 1.0f || b[i] != 1.0f)
+            FAILF("a[%zu] = %g, b[%zu] = %g, want 1", i, a[i], i, b[i]);
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, a);
+    dev_free(cu, b);
+    return 0;
+}
+
+Test(cuda_host, no_host_sync_double)
+{
+    run_ranks(2, 1, hot_path_rank, NULL, 40);
+    cr_expect_eq(hot_after.syncs - hot_before.syncs, 0, "40 device calls made %llu host synchronisations",
+                 (unsigned long long)(hot_after.syncs - hot_before.syncs));
+    cr_expect_eq(hot_after.allocs - hot_before.allocs, 0, "40 device calls made %llu allocations",
+                 (unsigned long long)(hot_after.allocs - hot_before.allocs));
+    cr_expect_eq(hot_after.frees - hot_before.frees, 0, "40 device calls freed %llu allocations",
+                 (unsigned long long)(hot_after.frees - hot_before.frees));
+    cr_expect_eq(hot_after.streams_created - hot_before.streams_created, 0, "the hot path created streams");
+    cr_expect_eq(hot_after.launches - hot_before.launches, 40, "%llu launches for 2 ranks x 20 calls",
+                 (unsigned long long)(hot_after.launches - hot_before.launches));
+}
+
+/* ------------------------------------------------------------------ graph capture */
+
+static int graph_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    void *s = NULL, *graph = NULL, *exec = NULL;
+    plait_stream_t ps;
+    const size_t n = 3000;
+    float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, n * sizeof(float));
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    for (size_t i = 0; i < n; i++)
+        in[i] = 1.0f;
+    /* One eager call first, as frameworks do before capturing. */
+    if (plait_allreduce(in, out, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps) || cu->StreamSynchronize(s))
+        FAILF("eager call: %s", plait_get_last_error(e->comm));
+    int cr = cu->StreamBeginCapture(s, PLAIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (cr)
+        FAILF("cuStreamBeginCapture: %d", cr);
+    plait_result_t r = plait_allreduce(in, out, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps);
+    cr = cu->StreamEndCapture(s, &graph);
+    if (r)
+        FAILF("allreduce during capture: %s", plait_get_last_error(e->comm));
+    if (cr || !graph)
+        FAILF("cuStreamEndCapture: %d", cr);
+    if ((cr = cu->GraphInstantiate(&exec, graph, 0)))
+        FAILF("cuGraphInstantiate: %d", cr);
+    /* Nothing is destroyed, the inputs change, the graph replays: each replay
+     * must reduce the current inputs with the captured parameters. */
+    for (int rep = 1; rep <= 3; rep++) {
+        for (size_t i = 0; i < n; i++) {
+            in[i] = (float)((e->rank + 1) * rep + (int)(i % 5));
+            out[i] = -7.0f;
+        }
+        rank_barrier(e);
+        if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
+            FAILF("replay %d: %d", rep, cr);
+        for (size_t i = 0; i < n; i++) {
+            float want = (float)(rep * e->n * (e->n + 1) / 2 + e->n * (int)(i % 5));
+            if (out[i] != want)
+                FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
+        }
+        rank_barrier(e); /* nobody rewrites inputs while a peer's replay may read them */
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, in);
+    dev_free(cu, out);
+    return 0;
+}
+
+Test(cuda_host, graph_capture_double)
+{
+    run_ranks(2, 1, graph_rank, NULL, 50);
+}
+
+/* ------------------------------------------------------------------ grouped calls */
+
+static struct plait_cuda_double_stats grp_before, grp_after;
+
+static int group_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    void *s = NULL;
+    plait_stream_t ps;
+    /* 4 MiB each way: many times the FIFO (PLAIT_BUFFSIZE, 512 KiB), so the
+     * send and the receive must run at once to complete. */
+    const size_t n = (4u << 20) / sizeof(uint32_t);
+    uint32_t *sb = dev_alloc(cu, n * 4), *rb = dev_alloc(cu, n * 4);
+    const int peer = 1 - e->rank;
+    for (size_t i = 0; i < n; i++) {
+        sb[i] = (uint32_t)(e->rank * 0x10000000u + i);
+        rb[i] = 0xdeadbeef;
+    }
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    rank_barrier(e);
+    if (e->rank == 0)
+        grp_before = stats();
+    rank_barrier(e);
+    plait_result_t r0 = plait_group_start();
+    plait_result_t r1 = e->rank == 0 ? plait_send(sb, n, PLAIT_UINT32, peer, e->comm, ps)
+                                     : plait_recv(rb, n, PLAIT_UINT32, peer, e->comm, ps);
+    plait_result_t r2 = e->rank == 0 ? plait_recv(rb, n, PLAIT_UINT32, peer, e->comm, ps)
+                                     : plait_send(sb, n, PLAIT_UINT32, peer, e->comm, ps);
+    plait_result_t r3 = plait_group_end();
+    if (r0 || r1 || r2 || r3)
+        FAILF("group: %d %d %d %d: %s", r0, r1, r2, r3, plait_get_last_error(e->comm));
+    if (cu->StreamSynchronize(s))
+        FAILF("cuStreamSynchronize");
+    rank_barrier(e);
+    if (e->rank == 0)
+        grp_after = stats();
+    for (size_t i = 0; i < n; i++)
+        if (rb[i] != (uint32_t)(peer * 0x10000000u + i))
+            FAILF("rb[%zu] = 0x%x, want 0x%x", i, rb[i], (uint32_t)(peer * 0x10000000u + i));
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, sb);
+    dev_free(cu, rb);
+    return 0;
+}
+
+Test(cuda_host, group_launch_double)
+{
+    run_ranks(2, 1, group_rank, NULL, 50);
+    cr_expect_eq(grp_after.launches - grp_before.launches, 2,
+                 "a group of send + recv on 2 ranks made %llu kernel launches, want 1 per rank",
+                 (unsigned long long)(grp_after.launches - grp_before.launches));
+}
+
+/* ------------------------------------------------------------------ abort */
+
+static int abort_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    float *buf = dev_alloc(cu, 1 << 20);
+    void *s = NULL;
+    plait_stream_t ps;
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    if (e->rank == 1) {
+        /* The peer never joins: rank 0's kernel waits for it until the abort. */
+        rank_barrier(e);
+        rank_barrier(e);
+    } else {
+        for (int i = 0; i < (1 << 18); i++)
+            buf[i] = 1.0f;
+        plait_result_t r = plait_allreduce(buf, buf, 1 << 18, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps);
+        if (r)
+            FAILF("allreduce: %s", plait_get_last_error(e->comm));
+        rank_barrier(e);
+        usleep(200 * 1000);
+        double t0 = now_s();
+        plait_result_t ar = plait_comm_abort(e->comm);
+        e->comm = NULL; /* freed by the abort */
+        int cr = cu->StreamSynchronize(s);
+        double waited = now_s() - t0;
+        rank_barrier(e);
+        if (ar)
+            FAILF("plait_comm_abort: %d", ar);
+        if (waited > 10)
+            FAILF("the kernel kept waiting %.1f s after the abort (cuStreamSynchronize: %d)", waited, cr);
+        if (buf[0] == 2.0f)
+            FAILF("the allreduce completed without its peer");
+        printf("abort_double: the device wait ended %.3f s after plait_comm_abort (cuStreamSynchronize %d)\n",
+               waited, cr);
+    }
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, buf);
+    return 0;
+}
+
+Test(cuda_host, abort_double)
+{
+    run_ranks(2, 1, abort_rank, NULL, 40);
+}
+
+/* A kernel wait that passes PLAIT_COLL_TIMEOUT becomes the communicator's
+ * asynchronous error. */
+static int timeout_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    float *buf = dev_alloc(cu, 4096);
+    void *s = NULL;
+    plait_stream_t ps;
+    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    if (e->rank == 0) {
+        if (plait_allreduce(buf, buf, 1024, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps))
+            FAILF("allreduce: %s", plait_get_last_error(e->comm));
+        double t0 = now_s();
+        int cr = cu->StreamSynchronize(s);
+        plait_result_t async = PLAIT_SUCCESS;
+        plait_comm_get_async_error(e->comm, &async);
+        if (now_s() - t0 > 15)
+            FAILF("the kernel waited %.1f s past a 1 s PLAIT_COLL_TIMEOUT (sync %d)", now_s() - t0, cr);
+        if (async != PLAIT_ERR_TIMEOUT && async != PLAIT_ERR_REMOTE)
+            FAILF("asynchronous error after the kernel's timeout: %d (%s)", async, plait_get_last_error(e->comm));
+        plait_comm_abort(e->comm);
+        e->comm = NULL;
+    }
+    rank_barrier(e);
+    if (e->rank == 1) {
+        plait_comm_abort(e->comm);
+        e->comm = NULL;
+    }
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
+    dev_free(cu, buf);
+    return 0;
+}
+
+Test(cuda_host, coll_timeout_double)
+{
+    setenv("PLAIT_COLL_TIMEOUT", "1", 1);
+    run_ranks(2, 1, timeout_rank, NULL, 40);
+}
+
+/* ------------------------------------------------------------------ device == CPU backend */
+
+static void compare_matrix(struct cx_config *cfg)
+{
+    long passed = 0, failed = 0;
+    cfg->label = "double";
+    cfg->timeout_s = 50;
+    int st = cx_run_cases(cfg, stdout, &passed, &failed);
+    printf("%ld passed, %ld failed %s\n", passed, failed, DOUBLE_NOTE);
+    cr_expect_eq(st, 0, "%ld of %ld cases failed (status %d): see the FAIL lines", failed, passed + failed, st);
+}
+
+Test(cuda_host, matrix_1_double)
+{
+    struct cx_config cfg;
+    cx_config_default(&cfg, 1, 70001);
+    compare_matrix(&cfg);
+}
+
+Test(cuda_host, matrix_2_double)
+{
+    struct cx_config cfg;
+    cx_config_default(&cfg, 2, 100003);
+    compare_matrix(&cfg);
+}
+
+Test(cuda_host, matrix_4_double)
+{
+    struct cx_config cfg;
+    cx_config_default(&cfg, 4, 30001);
+    compare_matrix(&cfg);
+}
+
+/* Another schedule for every collective that has one, on 3 ranks (not a power
+ * of two) with 3 channels and small chunks (many steps per channel). */
+Test(cuda_host, matrix_3_other_algos_double)
+{
+    struct cx_config cfg;
+    cx_config_default(&cfg, 3, 50001);
+    cfg.algo = "tree;allgather:bruck;reducescatter:pat;alltoall:bruck;gather:linear;scatter:linear";
+    cfg.nchannels = 3;
+    cfg.chunk_bytes = 4096;
+    cfg.types = (1u << PLAIT_INT8) | (1u << PLAIT_UINT32) | (1u << PLAIT_INT64) | (1u << PLAIT_FLOAT16) |
+                (1u << PLAIT_FLOAT32) | (1u << PLAIT_BFLOAT16) | (1u << PLAIT_FLOAT8_E5M2);
+    compare_matrix(&cfg);
+}
+
+/* ------------------------------------------------------------------ processes */
+
+Test(cuda_host, procs_ipc_double)
+{
+    /* Fork first, as with a real driver: this process has made no CUDA call. */
+    struct cx_config cfg;
+    cx_config_default(&cfg, 2, 100003);
+    cfg.use_procs = 1;
+    cfg.types = (1u << PLAIT_FLOAT32) | (1u << PLAIT_BFLOAT16) | (1u << PLAIT_INT8);
+    long passed = 0, failed = 0;
+    cfg.label = "double";
+    cfg.timeout_s = 50;
+    int st = cx_run_cases(&cfg, stdout, &passed, &failed);
+    printf("%ld passed, %ld failed %s\n", passed, failed, DOUBLE_NOTE);
+    cr_expect_eq(st, 0, "%ld of %ld cases failed (status %d): see the FAIL lines", failed, passed + failed, st);
+}
