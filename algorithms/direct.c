@@ -4,37 +4,47 @@
  * reduced, and a result one hop from where it is needed, where the ring chains
  * up to 2(n-1) hops), not bandwidth: a rank moves n-1 times its data.
  *
+ * The pre-op (avg's and premulsum's scaling) belongs to the rank that
+ * contributes: with premulsum each rank has its own scalar. So every rank
+ * first scales its own contribution (a COPY with PRE into SCRATCH) and sends
+ * that; the reductions apply no pre-op at all. (Applying PRE on the receiving
+ * rank to what it received scaled every contribution by the receiver's scalar:
+ * harmless for avg, whose scalar is the same everywhere, wrong for premulsum.)
+ * The executor's scaled reduction rounds the scaled value to the element type
+ * before it adds, so scaling first and adding later gives the same bits.
+ *
  * One-shot. Each channel walks its range in chunks of chunk_elems. Per chunk,
- * rank r first exchanges its input with every other rank in n-1 SENDRECV
- * rounds in pairwise order (round i: send to r+i, receive from r-i into SCRATCH
- * slot i-1), then reduces the n contributions itself, in rank order 0..n-1, so
- * that every rank computes the same tree ((x0 + x1) + x2) + ... and gets the
- * same bits:
+ * rank r scales its input into SCRATCH slot 0, exchanges that slot with every
+ * other rank in n-1 SENDRECV rounds in pairwise order (round i: send to r+i,
+ * receive from r-i into SCRATCH slot i), then reduces the n contributions
+ * itself into its output, in rank order 0..n-1, so that every rank computes
+ * the same tree ((x0 + x1) + x2) + ... and gets the same bits:
  *
- *   rank 0:    COPY   x0 -> out        (PRE)
- *              REDUCE x1 -> out        (PRE) ... x(n-1) (PRE|POST)
- *   rank r>0:  COPY   x0 -> x0         (PRE, in its SCRATCH slot: the accumulator)
- *              REDUCE x1 .. x(n-2) -> acc   (PRE; x_r is read from INPUT)
- *              COPY   x(n-1) -> out    (PRE)
- *              REDUCE acc -> out       (POST): out = x(n-1) + acc, the same sum
+ *   COPY   x_r -> slot 0      (PRE: the rank's own scalar)
+ *   SENDRECV slot 0 -> r+i, r-i -> slot i      (i = 1 .. n-1)
+ *   COPY   x0 -> out
+ *   REDUCE x1 .. x(n-1) -> out                 (POST on the last)
  *
- * A rank other than 0 accumulates in SCRATCH rather than in its output because
- * in place the output is its own input, which it still needs at position r;
- * only the last contribution, read after its own, goes straight to the output.
- * SCRATCH: (n-1) slots of min(chunk, channel range) per channel.
+ * where x_q is in slot (r - q) mod n. The output is written only after the
+ * input was read (by the first COPY), so in place needs nothing more.
+ * SCRATCH: n slots of min(chunk, channel range) per channel.
  *
  *   n = 3, one chunk:    rank 0        rank 1        rank 2
+ *   scale (COPY, PRE)    s0*x0         s1*x1         s2*x2
  *   round 1 (SENDRECV)   x0 -> 1       x1 -> 2       x2 -> 0
  *   round 2 (SENDRECV)   x0 -> 2       x1 -> 0       x2 -> 1
  *   reduce               (x0+x1)+x2    (x0+x1)+x2    (x0+x1)+x2   (each on its own)
  *
  * Two-shot. A chunk covers n rank-blocks (like the ring's iteration); rank r
- * owns block r. Reduce-scatter by direct exchange: in round i rank r sends its
- * input's block r+i to rank r+i and receives rank r-i's copy of block r into
- * SCRATCH; then it reduces block r in rank order exactly as one-shot does, into
- * its output. Allgather by direct exchange: in round i it sends its finished
- * block to r+i and receives block r-i from r-i into the output. Each block is
- * finalised once and copied, so all ranks get the same bits.
+ * owns block r. Rank r first scales its whole chunk (all n blocks, COPY with
+ * PRE) into the SCRATCH area `own`. Reduce-scatter by direct exchange: in round
+ * i rank r sends its scaled block r+i to rank r+i and receives rank r-i's
+ * scaled block r into SCRATCH slot i; then it reduces block r in rank order
+ * exactly as one-shot does (its own block read from `own`), into its output.
+ * Allgather by direct exchange: in round i it sends its finished block to r+i
+ * and receives block r-i from r-i into the output. Each block is finalised once
+ * and copied, so all ranks get the same bits. SCRATCH per channel: `own`, n
+ * slots (a chunk: n blocks of at most a slot each), then n-1 receive slots.
  *
  * Both halves of a SENDRECV move the same count; in a channel's last, shorter
  * iteration the blocks sent and received in a round may differ in size, and
@@ -96,45 +106,25 @@ static int exchange_step(uint64_t *s, int to, int sbuf, uint64_t soff, uint64_t 
     return 0;
 }
 
-/* Where contribution x_q of the chunk/block at `off` is on rank r: its own in
- * INPUT, the others in the SCRATCH slot of the round that brought them. */
-static void contribution(int n, int r, int q, uint64_t off, uint64_t sbase, uint64_t slot, int *buf, uint64_t *at)
+/* Where the scaled contribution x_q of the chunk or block is on rank r: its own
+ * at `own`, the one from rank q in the SCRATCH slot of the round (r - q) mod n
+ * that brought it (slot i at recv + (i - 1) * slot). */
+static uint64_t contribution(int n, int r, int q, uint64_t own, uint64_t recv, uint64_t slot)
 {
-    if (q == r) {
-        *buf = PLAIT_BUF_INPUT;
-        *at = off;
-    } else {
-        *buf = PLAIT_BUF_SCRATCH;
-        *at = sbase + (uint64_t)((r - q + n) % n - 1) * slot;
-    }
+    if (q == r)
+        return own;
+    return recv + (uint64_t)((r - q + n) % n - 1) * slot;
 }
 
-/* Step k of the rank-order reduction of the n contributions to [off, off+count)
- * into OUTPUT (see the header): n steps on rank 0, n+1 on the others. */
-static void reduce_step(int n, int r, uint64_t k, uint64_t off, uint64_t count, uint64_t sbase, uint64_t slot,
-                        struct plait_step *out)
+/* Step k (0 .. n-1) of the rank-order reduction of the n scaled contributions
+ * into OUTPUT[off, off + count) (see the header). No pre-op: each rank applied
+ * its own before it sent. */
+static void reduce_step(int n, int r, uint64_t k, uint64_t off, uint64_t count, uint64_t own, uint64_t recv,
+                        uint64_t slot, struct plait_step *out)
 {
-    int buf, acc_buf;
-    uint64_t at, acc;
-    if (r == 0) {
-        const unsigned post = k == (uint64_t)n - 1 ? PLAIT_STEP_POST : 0;
-        contribution(n, r, (int)k, off, sbase, slot, &buf, &at);
-        put(out, k == 0 ? PLAIT_STEP_COPY : PLAIT_STEP_REDUCE, buf, at, PLAIT_BUF_OUTPUT, off, count,
-            PLAIT_STEP_PRE | post);
-        return;
-    }
-    contribution(n, r, 0, off, sbase, slot, &acc_buf, &acc);
-    if (k == 0) {
-        put(out, PLAIT_STEP_COPY, acc_buf, acc, acc_buf, acc, count, PLAIT_STEP_PRE);
-    } else if (k < (uint64_t)n - 1) {
-        contribution(n, r, (int)k, off, sbase, slot, &buf, &at);
-        put(out, PLAIT_STEP_REDUCE, buf, at, acc_buf, acc, count, PLAIT_STEP_PRE);
-    } else if (k == (uint64_t)n - 1) {
-        contribution(n, r, n - 1, off, sbase, slot, &buf, &at);
-        put(out, PLAIT_STEP_COPY, buf, at, PLAIT_BUF_OUTPUT, off, count, PLAIT_STEP_PRE);
-    } else {
-        put(out, PLAIT_STEP_REDUCE, acc_buf, acc, PLAIT_BUF_OUTPUT, off, count, PLAIT_STEP_POST);
-    }
+    const unsigned post = k == (uint64_t)n - 1 ? PLAIT_STEP_POST : 0;
+    const uint64_t at = contribution(n, r, (int)k, own, recv, slot);
+    put(out, k == 0 ? PLAIT_STEP_COPY : PLAIT_STEP_REDUCE, PLAIT_BUF_SCRATCH, at, PLAIT_BUF_OUTPUT, off, count, post);
 }
 
 /* ------------------------------------------------------------------ one-shot */
@@ -151,23 +141,28 @@ int plait_oneshot_step(const struct plait_sched_args *a, int channel, uint64_t i
         return plait_sched_single_rank(a, channel, idx, out);
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
-    const uint64_t spi = (uint64_t)(n - 1) + (uint64_t)(r == 0 ? n : n + 1);
+    /* scale, n-1 rounds, n reduction steps */
+    const uint64_t spi = 2 * (uint64_t)n;
     const uint64_t iter = idx / spi, s = idx % spi;
     const uint64_t base = lo + iter * a->chunk_elems;
     if (base >= hi)
         return 0;
     const uint64_t len = plait_umin(a->chunk_elems, hi - base);
     const uint64_t slot = plait_sched_chunk_slot(a);
-    const uint64_t sbase = (uint64_t)channel * (uint64_t)(n - 1) * slot;
-    if (s < (uint64_t)n - 1) {
-        const int i = (int)s + 1;
-        put(out, PLAIT_STEP_SENDRECV, PLAIT_BUF_INPUT, base, PLAIT_BUF_SCRATCH, sbase + (uint64_t)(i - 1) * slot, len,
+    const uint64_t own = (uint64_t)channel * (uint64_t)n * slot, recv = own + slot;
+    if (s == 0) {
+        put(out, PLAIT_STEP_COPY, PLAIT_BUF_INPUT, base, PLAIT_BUF_SCRATCH, own, len, PLAIT_STEP_PRE);
+        return 1;
+    }
+    if (s < (uint64_t)n) {
+        const int i = (int)s;
+        put(out, PLAIT_STEP_SENDRECV, PLAIT_BUF_SCRATCH, own, PLAIT_BUF_SCRATCH, recv + (uint64_t)(i - 1) * slot, len,
             0);
         out->send_peer = (r + i) % n;
         out->recv_peer = (r - i + n) % n;
         return 1;
     }
-    reduce_step(n, r, s - (uint64_t)(n - 1), base, len, sbase, slot, out);
+    reduce_step(n, r, s - (uint64_t)n, base, len, own, recv, slot, out);
     return 1;
 }
 
@@ -181,7 +176,7 @@ uint64_t plait_oneshot_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks <= 1)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)(a->nranks - 1) * plait_sched_chunk_slot(a);
+    return (uint64_t)a->nchannels * (uint64_t)a->nranks * plait_sched_chunk_slot(a);
 }
 
 /* ------------------------------------------------------------------ two-shot */
@@ -191,7 +186,8 @@ int plait_twoshot_supports(int coll, int nranks)
     return coll == PLAIT_COLL_ALLREDUCE && nranks <= DIRECT_MAX_RANKS;
 }
 
-/* Elements of one SCRATCH slot: the largest block a chunk can have. */
+/* Elements of one SCRATCH slot: the largest block a chunk can have. n of them
+ * hold a whole chunk: n * chunk_elems, or at least the channel's range. */
 static uint64_t twoshot_slot(const struct plait_sched_args *a)
 {
     const uint64_t n = (uint64_t)a->nranks;
@@ -217,9 +213,10 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
     uint64_t lo, hi;
     plait_sched_channel_range(a->count, a->nchannels, channel, a->align_elems, &lo, &hi);
     const uint64_t per_iter = (uint64_t)n * a->chunk_elems;
-    const uint64_t red = (uint64_t)(r == 0 ? n : n + 1);
-    /* a full chunk's blocks are all chunk_elems: one SENDRECV per round */
-    const uint64_t spi_full = 2 * (uint64_t)(n - 1) + red;
+    const uint64_t red = (uint64_t)n;
+    /* a full chunk's blocks are all chunk_elems: the scaling COPY, one
+     * SENDRECV per round */
+    const uint64_t spi_full = 1 + 2 * (uint64_t)(n - 1) + red;
     const uint64_t nfull = (hi - lo) / per_iter;
     uint64_t iter, s;
     if (idx < nfull * spi_full) {
@@ -235,20 +232,26 @@ int plait_twoshot_step(const struct plait_sched_args *a, int channel, uint64_t i
     const uint64_t len = plait_umin(per_iter, hi - base);
     const uint64_t cs = plait_round_up((len + (uint64_t)n - 1) / (uint64_t)n, a->align_elems);
     const uint64_t slot = twoshot_slot(a);
-    const uint64_t sbase = (uint64_t)channel * (uint64_t)(n - 1) * slot;
+    /* per channel: the scaled chunk (n slots), then n-1 receive slots */
+    const uint64_t own = (uint64_t)channel * (uint64_t)(2 * n - 1) * slot, recv = own + (uint64_t)n * slot;
     const uint64_t mine = (uint64_t)r, my_lo = base + block_lo(mine, cs, len), my_n = block_size(mine, cs, len);
 
-    /* reduce-scatter rounds: send block r+i to r+i, receive block r from r-i */
+    if (s == 0) {
+        put(out, PLAIT_STEP_COPY, PLAIT_BUF_INPUT, base, PLAIT_BUF_SCRATCH, own, len, PLAIT_STEP_PRE);
+        return 1;
+    }
+    s -= 1;
+    /* reduce-scatter rounds: send scaled block r+i to r+i, receive block r from r-i */
     for (int i = 1; i < n; i++) {
         const int to = (r + i) % n, from = (r - i + n) % n;
         const uint64_t to_n = block_size((uint64_t)to, cs, len);
-        const uint64_t to_lo = base + block_lo((uint64_t)to, cs, len);
-        const uint64_t dst = sbase + (uint64_t)(i - 1) * slot;
-        if (exchange_step(&s, to, PLAIT_BUF_INPUT, to_lo, to_n, from, PLAIT_BUF_SCRATCH, dst, my_n, out))
+        const uint64_t to_at = own + block_lo((uint64_t)to, cs, len);
+        const uint64_t dst = recv + (uint64_t)(i - 1) * slot;
+        if (exchange_step(&s, to, PLAIT_BUF_SCRATCH, to_at, to_n, from, PLAIT_BUF_SCRATCH, dst, my_n, out))
             return 1;
     }
     if (s < red) {
-        reduce_step(n, r, s, my_lo, my_n, sbase, slot, out);
+        reduce_step(n, r, s, my_lo, my_n, own + block_lo(mine, cs, len), recv, slot, out);
         return 1;
     }
     s -= red;
@@ -273,5 +276,5 @@ uint64_t plait_twoshot_scratch(const struct plait_sched_args *a)
 {
     if (a->nranks <= 1)
         return 0;
-    return (uint64_t)a->nchannels * (uint64_t)(a->nranks - 1) * twoshot_slot(a);
+    return (uint64_t)a->nchannels * (uint64_t)(2 * a->nranks - 1) * twoshot_slot(a);
 }

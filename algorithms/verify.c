@@ -3,7 +3,8 @@
  * Representation. A symbolic content is a node of a DAG:
  *   LEAF(q)        value(p) = input_q[p]
  *   POISON         data that was read before anything wrote it
- *   PRE(a)         the pre-op applied to every contribution of a
+ *   PRE(a)         the pre-op applied to every contribution of a, by the rank
+ *                  that made the step; a is only ever a rank's own data
  *   POST(a)        the post-op applied to a
  *   SUM(a, b, s)   value(p) = a(p) OP b(p + s)
  * and an interval [lo, hi) of a buffer holds (node, delta): element x holds
@@ -14,6 +15,11 @@
  * back into one; every rank's copy of a finalised chunk is the same node,
  * checked once (memoised). Equal nodes made independently stay distinct: the
  * checks are structural, so that costs memory, never correctness.
+ * The pre-op of a contribution is its own rank's (premulsum scales each input
+ * by the scalar of the rank that contributed it), so a step that applies PRE
+ * on rank r to data holding another rank's contribution is a finding of its
+ * own (foreign-pre), whatever the rest of the result: every node knows whose
+ * contributions it holds (owner), so the check costs one look per interval.
  * Offsets and shifts are computed modulo 2^64 (unsigned): only differences
  * matter, and every real value is far below 2^63.
  *
@@ -60,7 +66,13 @@ struct vnode {
     /* The last PRE, POST and SUM (as its b) made over this node: a step moved
      * in several batches makes the same nodes again, and finds them here. */
     uint32_t up_pre, up_post, up_sum;
+    int32_t owner; /* the one rank whose contributions it holds, OWNER_NONE or OWNER_MIXED */
 };
+
+/* vnode.owner for a node without a contribution (POISON) and for one with
+ * contributions of several ranks. */
+#define OWNER_NONE (-1)
+#define OWNER_MIXED (-2)
 
 struct seg {
     uint64_t lo, hi;
@@ -102,7 +114,7 @@ enum { T_READY = 0, T_BLOCKED, T_DONE, T_FAILED };
  * both, one per half). */
 enum { W_NONE = 0, W_DATA = 1, W_CREDIT = 2 };
 /* per-step "already reported" bits, so one step reports one thing once */
-enum { R_UNWRITTEN = 1, R_BOUNDS = 2, R_RACE = 4 };
+enum { R_UNWRITTEN = 1, R_BOUNDS = 2, R_RACE = 4, R_PRE = 8 };
 
 struct task {
     struct plait_step st;
@@ -198,7 +210,8 @@ const char *plait_verify_kind_name(int kind)
     static const char *const names[PLAIT_VERIFY_KINDS] = {
         "wrong-output",   "no-matching-send", "no-matching-recv", "credit-deadlock", "circular-wait",
         "blocked-behind", "unwritten-read",   "bad-peer",         "leftover",        "mismatch",
-        "out-of-bounds",  "bad-step",         "race",             "divergent",       "limit",
+        "out-of-bounds",  "bad-step",         "race",             "divergent",       "foreign-pre",
+        "limit",
     };
     return kind >= 0 && kind < PLAIT_VERIFY_KINDS ? names[kind] : "invalid";
 }
@@ -380,16 +393,22 @@ static uint32_t node_new(struct vctx *c, int type, uint32_t a, uint32_t b, uint6
     c->nodes = v;
     const uint32_t id = (uint32_t)c->nnodes++;
     uint64_t leaves = 1;
-    if (type == NODE_PRE || type == NODE_POST)
+    int32_t owner = type == NODE_LEAF ? (int32_t)a : OWNER_NONE;
+    if (type == NODE_PRE || type == NODE_POST) {
         leaves = c->nodes[a].nleaves;
-    else if (type == NODE_SUM)
+        owner = c->nodes[a].owner;
+    } else if (type == NODE_SUM) {
         leaves = (uint64_t)c->nodes[a].nleaves + c->nodes[b].nleaves;
+        const int32_t oa = c->nodes[a].owner, ob = c->nodes[b].owner;
+        owner = oa == OWNER_NONE ? ob : ob == OWNER_NONE || ob == oa ? oa : OWNER_MIXED;
+    }
     memset(&c->nodes[id], 0, sizeof(c->nodes[id]));
     c->nodes[id].type = (uint8_t)type;
     c->nodes[id].a = a;
     c->nodes[id].b = b;
     c->nodes[id].nleaves = leaves > UINT32_MAX ? UINT32_MAX : (uint32_t)leaves;
     c->nodes[id].shift = shift;
+    c->nodes[id].owner = owner;
     c->res->nodes++;
     return id;
 }
@@ -1109,6 +1128,35 @@ static void apply_flags(struct vctx *c, struct segv *L, unsigned flags)
         L->v[k].node = node_flags(c, L->v[k].node, flags);
 }
 
+/* A step with PRE applies the pre-op to src, read into L from src_buf[off ..):
+ * that must be the rank's own contribution (or something not yet written,
+ * reported as such), never data that came from another rank. A barrier's data
+ * is never read, so its pre-op is not checked (as in the output check). */
+static void check_pre(struct vctx *c, struct task *t, uint64_t off, const struct segv *L)
+{
+    if (!(t->st.flags & PLAIT_STEP_PRE) || (t->reported & R_PRE) || c->coll == PLAIT_COLL_BARRIER)
+        return;
+    const int rank = task_rank(c, t), ch = task_ch(c, t);
+    for (size_t k = 0; k < L->n; k++) {
+        const int32_t owner = c->nodes[L->v[k].node].owner;
+        if (owner == OWNER_NONE || owner == rank)
+            continue;
+        char whose[64];
+        if (owner == OWNER_MIXED)
+            snprintf(whose, sizeof(whose), "contributions of several ranks");
+        else
+            snprintf(whose, sizeof(whose), "rank %d's contribution", (int)owner);
+        t->reported |= R_PRE;
+        report(c, PLAIT_VERIFY_FOREIGN_PRE, rank, ch, t->idx,
+               "rank %d channel %d step %" PRIu64 " (%s): applies the pre-op to %s[%" PRIu64 ", %" PRIu64
+               "), which holds %s (each rank must apply the pre-op to its own contribution: premulsum scales by "
+               "the scalar of the rank that contributed)",
+               rank, ch, t->idx, plait_step_kind_name(t->st.kind), buf_name(t->st.src_buf), off + L->v[k].lo,
+               off + L->v[k].hi, whose);
+        return;
+    }
+}
+
 /* A COPY step, whole: the executor skips it when src and dst are the same
  * memory and it has no flags. */
 static void step_copy(struct vctx *c, struct task *t)
@@ -1122,6 +1170,7 @@ static void step_copy(struct vctx *c, struct task *t)
         !(st->flags & (PLAIT_STEP_PRE | PLAIT_STEP_POST)))
         return;
     buf_read(c, t, st->src_buf, st->src_off, st->count, &c->la);
+    check_pre(c, t, st->src_off, &c->la);
     apply_flags(c, &c->la, st->flags);
     buf_write(c, t, st->dst_buf, st->dst_off, st->count, &c->la);
 }
@@ -1133,6 +1182,7 @@ static void step_reduce(struct vctx *c, struct task *t)
     if (st->count == 0)
         return;
     buf_read(c, t, st->src_buf, st->src_off, st->count, &c->la);
+    check_pre(c, t, st->src_off, &c->la);
     buf_read(c, t, st->dst_buf, st->dst_off, st->count, &c->lb);
     reduce_local(c, &c->la, &c->lb, st->flags, &c->lr);
     buf_write(c, t, st->dst_buf, st->dst_off, st->count, &c->lr);
@@ -1146,8 +1196,10 @@ static void step_move(struct vctx *c, struct task *t, uint64_t len, uint64_t nfu
     const uint64_t po = t->done;
     struct segv *A = &c->la, *B = &c->lb, *R = &c->lr;
     const struct segv *out = NULL;
-    if (plait_step_reads_src(st->kind))
+    if (plait_step_reads_src(st->kind)) {
         buf_read(c, t, st->src_buf, st->src_off + po, len, A);
+        check_pre(c, t, st->src_off + po, A);
+    }
     if (plait_step_recvs(st->kind))
         fifo_pop(c, &c->fifos[t->fin], len, nfull + (last ? 1 : 0), B);
     switch (st->kind) {

@@ -87,6 +87,8 @@ enum plait_verify_kind {
     PLAIT_VERIFY_RACE,             /* a channel reads or overwrites what another channel of the rank wrote */
     PLAIT_VERIFY_DIVERGENT,        /* allreduce: a rank's result is reduced in another order than rank 0's,
                                       so the ranks may not get the same bits */
+    PLAIT_VERIFY_FOREIGN_PRE,      /* a step applies the pre-op to data holding another rank's contribution
+                                      (premulsum: each contribution is scaled by its own rank's scalar) */
     PLAIT_VERIFY_LIMIT,            /* the run stopped at max_steps */
     PLAIT_VERIFY_KINDS
 };

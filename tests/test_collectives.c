@@ -3,6 +3,7 @@
  * processes over shared memory and as processes over TCP. One communicator per
  * (mode, rank count); the combinations run inside it. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "algorithms.h"
 #include "coll_check.h"
 #include "harness.h"
+#include "reduce.h" /* scalar conversions and type names */
 
 enum tc { TC_ALLREDUCE, TC_REDUCE, TC_REDUCESCATTER, TC_BROADCAST, TC_ALLGATHER, TC_ALLTOALL, TC_GATHER, TC_SCATTER,
           TC_SENDRECV, TC_COUNT };
@@ -365,3 +367,130 @@ ALGO_TEST(linear, THREADS, 5)
 ALGO_TEST(linear, SHM, 4)
 ALGO_TEST(bruck, THREADS, 5)
 /* dissemination: see test_barrier */
+
+/* ---------------------------------------------------------------- premulsum, a scalar per rank */
+
+/* premulsum's scalar belongs to the rank that creates the op (as NCCL's
+ * ncclRedOpCreatePreMulSum): rank q scales its own input by its own scalar,
+ * q + 2 here, and every rank must get sum_q (q + 2) * x_q. One-shot and
+ * two-shot once scaled the contributions they received by the receiver's
+ * scalar, which is right only when every rank has the same one (avg's 1/n,
+ * the matrix's premulsum). Every algorithm of the table that implements
+ * allreduce runs, forced, on the FIFO path (PLAIT_PROTO=simple); small
+ * chunks so that each channel walks many iterations. Inputs are small
+ * integers: exact in every type and order. */
+static const int permul_types[] = {PLAIT_INT32, PLAIT_INT64, PLAIT_FLOAT16, PLAIT_BFLOAT16, PLAIT_FLOAT32,
+                                   PLAIT_FLOAT64};
+static const size_t permul_counts[] = {1, 7, 1000, 70001};
+
+static int64_t permul_input(int rank, size_t i)
+{
+    return (int64_t)(i % 7) - 3 + rank;
+}
+
+static void permul_store(void *buf, size_t i, int dtype, double v)
+{
+    switch (dtype) {
+    case PLAIT_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case PLAIT_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case PLAIT_FLOAT16: ((uint16_t *)buf)[i] = plait_float_to_half((float)v); break;
+    case PLAIT_BFLOAT16: ((uint16_t *)buf)[i] = plait_float_to_bf16((float)v); break;
+    case PLAIT_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    default: ((double *)buf)[i] = v; break;
+    }
+}
+
+static double permul_load(const void *buf, size_t i, int dtype)
+{
+    switch (dtype) {
+    case PLAIT_INT32: return ((const int32_t *)buf)[i];
+    case PLAIT_INT64: return (double)((const int64_t *)buf)[i];
+    case PLAIT_FLOAT16: return plait_half_to_float(((const uint16_t *)buf)[i]);
+    case PLAIT_BFLOAT16: return plait_bf16_to_float(((const uint16_t *)buf)[i]);
+    case PLAIT_FLOAT32: return ((const float *)buf)[i];
+    default: return ((const double *)buf)[i];
+    }
+}
+
+static int permul_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    (void)arg;
+    const size_t cap = permul_counts[sizeof(permul_counts) / sizeof(permul_counts[0]) - 1] * 8;
+    char *sbuf = malloc(cap), *rbuf = malloc(cap);
+    int bad = 0;
+    if (!sbuf || !rbuf) {
+        snprintf(msg, len, "out of memory");
+        bad = 1;
+    }
+    for (size_t ti = 0; !bad && ti < sizeof(permul_types) / sizeof(permul_types[0]); ti++) {
+        const int dtype = permul_types[ti];
+        char scalar[8];
+        permul_store(scalar, 0, dtype, rank + 2);
+        plait_redop_t op;
+        plait_result_t res = plait_redop_create_premulsum(&op, scalar, dtype, PLAIT_SCALAR_HOST_IMMEDIATE, comm);
+        for (size_t ci = 0; res == PLAIT_SUCCESS && !bad && ci < sizeof(permul_counts) / sizeof(permul_counts[0]);
+             ci++)
+            for (int inplace = 0; res == PLAIT_SUCCESS && !bad && inplace < 2; inplace++) {
+                const size_t count = permul_counts[ci];
+                char *out = inplace ? sbuf : rbuf;
+                for (size_t i = 0; i < count; i++)
+                    permul_store(sbuf, i, dtype, (double)permul_input(rank, i));
+                memset(rbuf, 0xcd, cap);
+                res = plait_allreduce(sbuf, out, count, dtype, op, comm, NULL);
+                for (size_t i = 0; res == PLAIT_SUCCESS && i < count; i++) {
+                    int64_t want = 0;
+                    for (int q = 0; q < n; q++)
+                        want += (q + 2) * permul_input(q, i);
+                    const double got = permul_load(out, i, dtype);
+                    if (got != (double)want) {
+                        snprintf(msg, len, "%s count %zu in place %d: element %zu is %g, expected %" PRId64,
+                                 plait_dtype_name(dtype), count, inplace, i, got, want);
+                        bad = 1;
+                        break;
+                    }
+                }
+            }
+        if (res == PLAIT_SUCCESS)
+            res = plait_redop_destroy(op, comm);
+        if (res != PLAIT_SUCCESS) {
+            snprintf(msg, len, "%s: %s: %s", plait_dtype_name(dtype), plait_get_error_string(res),
+                     plait_get_last_error(comm));
+            bad = 1;
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    return bad;
+}
+
+static void run_permul(int nranks)
+{
+    char msg[1024];
+    int ran = 0;
+    setenv("PLAIT_COLL_TIMEOUT", "120", 1);
+    setenv("PLAIT_CHUNK_SIZE", "1024", 1);
+    setenv("PLAIT_PROTO", "simple", 1); /* the schedules, not the small-message path */
+    for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
+        const struct plait_algorithm *al = &plait_algorithms[a];
+        if (!al->step || !al->supports(PLAIT_COLL_ALLREDUCE, nranks))
+            continue;
+        char algo[64];
+        snprintf(algo, sizeof(algo), "allreduce:%s", al->name);
+        setenv("PLAIT_ALGO", algo, 1);
+        msg[0] = 0;
+        int failed = mr_run(MR_THREADS, nranks, permul_rank, NULL, 300, msg, sizeof(msg));
+        cr_expect_eq(failed, 0, "%s, %d ranks: %d rank(s) failed: %s", al->name, nranks, failed, msg);
+        ran += strcmp(al->name, "oneshot") == 0 || strcmp(al->name, "twoshot") == 0;
+    }
+    cr_assert_eq(ran, 2, "oneshot and twoshot must both run");
+}
+
+Test(algorithms, premulsum_per_rank_THREADS_2, .timeout = 600)
+{
+    run_permul(2);
+}
+
+Test(algorithms, premulsum_per_rank_THREADS_3, .timeout = 600)
+{
+    run_permul(3);
+}

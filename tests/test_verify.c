@@ -1093,9 +1093,80 @@ Test(verify, sendrecv_reduce_pre_rejected)
     plait_verify_result_free(&r);
 }
 
-/* One-shot on two ranks: swap inputs into SCRATCH, then reduce in rank order
- * with REDUCE steps (so both ranks compute x0 OP x1 the same way). */
+/* One-shot on two ranks: each rank scales its input into SCRATCH[0, count)
+ * (its own pre-op), swaps that with the other rank into SCRATCH[count, 2
+ * count), then reduces in rank order with REDUCE steps (so both ranks compute
+ * x0 OP x1 the same way). */
 static int oneshot_2(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    (void)channel;
+    memset(out, 0, sizeof(*out));
+    out->send_peer = out->recv_peer = 1 - a->rank;
+    out->count = a->count;
+    const uint64_t theirs = a->count;
+    const int mine_first = a->rank == 0; /* the lower rank's data comes first */
+    switch (idx) {
+    case 0:
+        out->kind = PLAIT_STEP_COPY;
+        out->src_buf = PLAIT_BUF_INPUT;
+        out->dst_buf = PLAIT_BUF_SCRATCH;
+        out->flags = PLAIT_STEP_PRE;
+        return 1;
+    case 1:
+        out->kind = PLAIT_STEP_SENDRECV;
+        out->src_buf = out->dst_buf = PLAIT_BUF_SCRATCH;
+        out->dst_off = theirs;
+        return 1;
+    case 2:
+        out->kind = PLAIT_STEP_COPY;
+        out->src_buf = PLAIT_BUF_SCRATCH;
+        out->src_off = mine_first ? 0 : theirs;
+        out->dst_buf = PLAIT_BUF_OUTPUT;
+        return 1;
+    case 3:
+        out->kind = PLAIT_STEP_REDUCE;
+        out->src_buf = PLAIT_BUF_SCRATCH;
+        out->src_off = mine_first ? theirs : 0;
+        out->dst_buf = PLAIT_BUF_OUTPUT;
+        out->flags = PLAIT_STEP_POST;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static uint64_t scratch_count(const struct plait_sched_args *a)
+{
+    return a->count;
+}
+
+static uint64_t scratch_2count(const struct plait_sched_args *a)
+{
+    return 2 * a->count;
+}
+
+Test(verify, reduce_step_and_scratch_verify)
+{
+    struct plait_verify_config cfg = config(oneshot_2, PLAIT_COLL_ALLREDUCE, 2, 100, 1, 16, 2, 16, 4);
+    cfg.scratch = scratch_2count;
+    expect_ok(&cfg);
+    cfg.is_inplace = 1;
+    expect_ok(&cfg);
+    /* without the scratch it asks for, the steps are out of bounds */
+    cfg.scratch = NULL;
+    struct plait_verify_result r = run(&cfg);
+    cr_expect(!r.is_ok);
+    cr_expect(r.counts[PLAIT_VERIFY_OUT_OF_BOUNDS] >= 1);
+    plait_verify_result_free(&r);
+}
+
+/* The one-shot as it was written first: swap the raw inputs into SCRATCH,
+ * then reduce in rank order applying the pre-op to both operands on the rank
+ * that reduces. Every output holds every input once with the pre-op once, but
+ * each rank scaled the other's input by its own scalar: with premulsum (a
+ * scalar per rank) the result is wrong. */
+static int oneshot_2_receiver_pre(const struct plait_sched_args *a, int channel, uint64_t idx,
+                                  struct plait_step *out)
 {
     (void)channel;
     memset(out, 0, sizeof(*out));
@@ -1124,30 +1195,156 @@ static int oneshot_2(const struct plait_sched_args *a, int channel, uint64_t idx
     }
 }
 
-static uint64_t scratch_count(const struct plait_sched_args *a)
+Test(verify, pre_applied_by_receiver_reported)
 {
-    return a->count;
-}
-
-Test(verify, reduce_step_and_scratch_verify)
-{
-    struct plait_verify_config cfg = config(oneshot_2, PLAIT_COLL_ALLREDUCE, 2, 100, 1, 16, 2, 16, 4);
+    struct plait_verify_config cfg = config(oneshot_2_receiver_pre, PLAIT_COLL_ALLREDUCE, 2, 100, 1, 16, 2, 16, 4);
     cfg.scratch = scratch_count;
-    expect_ok(&cfg);
-    /* without the scratch it asks for, the steps are out of bounds */
-    cfg.scratch = NULL;
     struct plait_verify_result r = run(&cfg);
-    cr_expect(!r.is_ok);
-    cr_expect(r.counts[PLAIT_VERIFY_OUT_OF_BOUNDS] >= 1);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    /* one per rank: rank 1 copies rank 0's input with the pre-op, rank 0 adds
+     * rank 1's with it; the outputs themselves count the pre-op once each */
+    cr_expect_eq(r.counts[PLAIT_VERIFY_FOREIGN_PRE], 2);
+    cr_expect_eq(r.total, 2);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_FOREIGN_PRE,
+                          "rank 1 channel 0 step 1 (COPY): applies the pre-op to SCRATCH[0, 100), which holds rank "
+                          "0's contribution"));
+    cr_expect(has_finding(&r, PLAIT_VERIFY_FOREIGN_PRE,
+                          "rank 0 channel 0 step 2 (REDUCE): applies the pre-op to SCRATCH[0, 100), which holds "
+                          "rank 1's contribution"));
+    for (size_t i = 0; i < r.nfindings; i++) {
+        cr_expect_geq(r.findings[i].rank, 0);
+        cr_expect_eq(r.findings[i].channel, 0);
+        cr_expect_neq(r.findings[i].step, UINT64_MAX);
+    }
     plait_verify_result_free(&r);
-    /* in place, rank 1 overwrites its input with rank 0's before reducing it */
-    cfg.scratch = scratch_count;
+    /* in place, rank 1 also overwrites its input with rank 0's before reducing it */
     cfg.is_inplace = 1;
     r = run(&cfg);
     cr_expect(!r.is_ok);
     cr_expect(r.counts[PLAIT_VERIFY_WRONG_OUTPUT] >= 1);
     plait_verify_result_free(&r);
 }
+
+/* The library's one-shot and two-shot with the pre-op moved back to where the
+ * first versions applied it: off the scaling copy of the own input, onto every
+ * step of the rank-order reduction (which reads the other ranks' scaled
+ * contributions). This is the premulsum bug those versions had. */
+static int direct_receiver_pre(plait_step_fn gen, const struct plait_sched_args *a, int channel, uint64_t idx,
+                               struct plait_step *out)
+{
+    if (!gen(a, channel, idx, out))
+        return 0;
+    if ((out->kind == PLAIT_STEP_COPY || out->kind == PLAIT_STEP_REDUCE) && out->src_buf == PLAIT_BUF_INPUT)
+        out->flags &= (uint8_t)~PLAIT_STEP_PRE;
+    else if ((out->kind == PLAIT_STEP_COPY || out->kind == PLAIT_STEP_REDUCE) && out->dst_buf == PLAIT_BUF_OUTPUT)
+        out->flags |= PLAIT_STEP_PRE;
+    return 1;
+}
+
+static int oneshot_receiver_pre(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return direct_receiver_pre(plait_oneshot_step, a, channel, idx, out);
+}
+
+static int twoshot_receiver_pre(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    return direct_receiver_pre(plait_twoshot_step, a, channel, idx, out);
+}
+
+Test(verify, direct_pre_on_received_data_reported)
+{
+    static const int ranks[] = {2, 3, 5};
+    const plait_step_fn gens[] = {oneshot_receiver_pre, twoshot_receiver_pre};
+    const plait_scratch_fn scratch[] = {plait_oneshot_scratch, plait_twoshot_scratch};
+    for (int g = 0; g < 2; g++)
+        for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
+            const int n = ranks[ri];
+            struct plait_verify_config cfg =
+                config(gens[g], PLAIT_COLL_ALLREDUCE, n, 1000, 2, 16, 4, clamp_chunk(1 << 20, 16, 4, 4), 4);
+            cfg.scratch = scratch[g];
+            struct plait_verify_result r = run(&cfg);
+            cr_expect(!r.is_ok, "%s on %d ranks", g ? "twoshot" : "oneshot", n);
+            /* on every rank, every channel: the reduction reads n-1 received contributions */
+            cr_expect_geq(r.counts[PLAIT_VERIFY_FOREIGN_PRE], (uint64_t)(2 * n), "%s on %d ranks",
+                          g ? "twoshot" : "oneshot", n);
+            cr_expect_eq(r.total, r.counts[PLAIT_VERIFY_FOREIGN_PRE], "only the pre-op is wrong");
+            cr_expect(has_finding(&r, PLAIT_VERIFY_FOREIGN_PRE, "applies the pre-op to SCRATCH["));
+            plait_verify_result_free(&r);
+        }
+}
+
+/* The ring, then one more step: the pre-op applied again to the whole
+ * result, which holds every rank's contribution. */
+static int ring_then_pre(const struct plait_sched_args *a, int channel, uint64_t idx, struct plait_step *out)
+{
+    if (plait_ring_step(a, channel, idx, out))
+        return 1;
+    if (idx == 0 || !plait_ring_step(a, channel, idx - 1, out))
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = PLAIT_STEP_COPY;
+    out->src_buf = out->dst_buf = PLAIT_BUF_OUTPUT;
+    out->flags = PLAIT_STEP_PRE;
+    out->count = a->count;
+    out->send_peer = out->recv_peer = -1;
+    return 1;
+}
+
+Test(verify, pre_on_a_reduced_result_reported)
+{
+    struct plait_verify_config cfg = config(ring_then_pre, PLAIT_COLL_ALLREDUCE, 3, 64, 1, 16, 4, 16, 4);
+    struct plait_verify_result r = run(&cfg);
+    dump(&r);
+    cr_assert(!r.is_ok);
+    cr_expect_eq(r.counts[PLAIT_VERIFY_FOREIGN_PRE], 3); /* once per rank */
+    cr_expect(has_finding(&r, PLAIT_VERIFY_FOREIGN_PRE, "which holds contributions of several ranks"));
+    /* and the outputs are wrong as well: the pre-op twice */
+    cr_expect_gt(r.counts[PLAIT_VERIFY_WRONG_OUTPUT], 0);
+    cr_expect(has_finding(&r, PLAIT_VERIFY_WRONG_OUTPUT, "pre-op applied 2 times"));
+    plait_verify_result_free(&r);
+}
+
+/* Every generator of the table that reduces applies the pre-op only to its
+ * rank's own contribution, for every reduction it implements (the sweep of
+ * plait-verify --all has more shapes). */
+Test(verify, table_reductions_pre_on_own_data)
+{
+    static const int colls[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_REDUCE, PLAIT_COLL_REDUCESCATTER};
+    static const int ranks[] = {1, 2, 3, 4, 5, 8, 9};
+    static const uint64_t counts[] = {1, 7, 1000};
+    int cases = 0;
+    for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
+        const struct plait_algorithm *al = &plait_algorithms[a];
+        if (!al->step)
+            continue;
+        for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++)
+            for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++)
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        const int n = ranks[ri];
+                        if (!al->supports(colls[ci], n))
+                            continue;
+                        struct plait_verify_config cfg =
+                            config(al->step, colls[ci], n, counts[k], 2, 16, 4, clamp_chunk(1 << 20, 16, 4, 4), 4);
+                        cfg.args.root = (int)(k * 5) % n;
+                        cfg.args.radix = 2;
+                        cfg.is_inplace = inplace;
+                        cfg.scratch = al->scratch;
+                        cfg.peers = al->peers;
+                        struct plait_verify_result r = run(&cfg);
+                        if (!r.is_ok)
+                            dump(&r);
+                        cr_expect(r.is_ok, "%s %s, %d ranks, count %" PRIu64 ", in place %d: %" PRIu64 " findings",
+                                  al->name, plait_coll_name(colls[ci]), n, counts[k], inplace, r.total);
+                        cr_expect_eq(r.counts[PLAIT_VERIFY_FOREIGN_PRE], 0);
+                        plait_verify_result_free(&r);
+                        cases++;
+                    }
+    }
+    cr_expect_gt(cases, 100);
+}
+
 
 /* The connections a ring over given orders needs: each rank's neighbours in
  * every channel's order (the verifier's peers function sees no orders, so the
