@@ -28,6 +28,9 @@
  * stream is being captured cannot allocate: cuMemAlloc is not allowed in a
  * global-mode capture). Later chunks are at least this large. */
 #define ARENA_CHUNK ((size_t)1 << 20)
+/* cuLaunchKernel's classic limit on a kernel's parameters (32764 bytes needs
+ * CUDA 12.1 and Volta or newer): struct plait_kargs goes by value. */
+_Static_assert(sizeof(struct plait_kargs) <= 4096, "struct plait_kargs exceeds the 4 KiB kernel parameter limit");
 #define PLAN_BUCKETS 256
 #define CTL_STATUS_OFF 0   /* uint64_t status[4] */
 #define CTL_ABORT_OFF 64   /* uint32_t abort word, on its own line */
@@ -74,7 +77,12 @@ struct plait_cuda_comm {
     void *module;
     void *fn;                 /* the kernel, NULL when this build or device has none */
     char no_kernel_why[160];
-    int cta_cap;              /* CTAs a launch may use, -1: no cap (PLAIT_MAX_CTAS, config max_ctas) */
+    int cta_cap;              /* CTAs a launch may use, -1: no cap (PLAIT_MAX_CTAS, config max_ctas, and
+                                 resident_cap) */
+    int resident_cap;         /* CTAs a launch of this rank may use so that every launch of every rank
+                                 sharing a GPU is resident at once (coresident_cap); -1: unknown, 0: even
+                                 one CTA per rank does not fit */
+    int ranks_on_gpu;         /* ranks of the communicator on this rank's GPU (all processes) */
     int ce_env;               /* PLAIT_CE_COLL=1 */
     int ll_ok;                /* no rank has proxied connections: the kernel may run LL */
     int has_proxy;            /* this rank has proxied connections */
@@ -178,7 +186,7 @@ struct gpu_card {
     int32_t has_gpu;
     int32_t dev;
     int32_t cta_cap;
-    int32_t pad;
+    int32_t resident;   /* plait_kernel CTAs its device holds at once (SMs x PLAIT_KERNEL_CTAS_PER_SM), 0 unknown */
     uint64_t token;     /* process token: same process */
     uint64_t ctx;       /* its context (meaningful in its own process) */
     char bus_id[32];
@@ -483,10 +491,12 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
 
     /* The kernel. A build without nvcc, or a device none of the built
      * architectures runs on, keeps the communicator usable for host buffers;
-     * device calls then fail naming why. */
+     * device calls then fail naming why. The test double runs the kernels'
+     * host emulation and needs no image (so the CUDA host code is tested in
+     * builds without nvcc too, such as CI's sanitizer builds). */
     size_t fatbin_bytes = 0;
     const void *fatbin = plait_cuda_fatbin(&fatbin_bytes);
-    if (!fatbin) {
+    if (!fatbin && !cu->is_double) {
         snprintf(cc->no_kernel_why, sizeof(cc->no_kernel_why),
                  "this libplait was built without nvcc (no CUDA kernels)");
     } else if ((r = cu->ModuleLoadData(&cc->module, fatbin)) ||
@@ -525,6 +535,40 @@ out:
     return status;
 }
 
+/* Forward progress. The CTAs of a launch wait on each other (a send and a
+ * receive of one group) and on the CTAs of every peer's launch; peers that
+ * share this GPU (threads of one process, or processes under MPS or
+ * time-slicing) run their launches on the same SMs. A CTA that is not
+ * resident while the others spin waiting for it never becomes resident: a
+ * hang. So every rank on a GPU gets an equal share of the CTAs the GPU holds
+ * at once (plait_kernel takes a whole SM's registers: PLAIT_KERNEL_CTAS_PER_SM
+ * per SM), and the communicator's CTA cap is the smallest share of any rank
+ * (agreed: computed from the allgathered cards, so every rank chooses the same
+ * channels). The share assumes one communicator's launches at a time on the
+ * GPU; the launches of other communicators running concurrently on the same
+ * GPU are not counted. */
+static void coresident_cap(const struct plait_comm *comm, struct plait_cuda_comm *cc, const struct gpu_card *cards)
+{
+    const int n = comm->nranks;
+    int cap = -1;
+    for (int p = 0; p < n; p++) {
+        if (!cards[p].has_gpu || cards[p].resident <= 0)
+            continue;
+        int same = 0;
+        for (int q = 0; q < n; q++)
+            same += cards[q].has_gpu && comm->ranks[q].host_index == comm->ranks[p].host_index &&
+                    strncmp(cards[q].bus_id, cards[p].bus_id, sizeof(cards[p].bus_id)) == 0;
+        if (p == comm->rank)
+            cc->ranks_on_gpu = same;
+        const int share = cards[p].resident / (same ? same : 1);
+        if (cap < 0 || share < cap)
+            cap = share;
+    }
+    cc->resident_cap = cap;
+    if (cap > 0 && (cc->cta_cap < 0 || cc->cta_cap > cap))
+        cc->cta_cap = cap;
+}
+
 plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
 {
     const int n = comm->nranks, me = comm->rank;
@@ -548,6 +592,10 @@ plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
             /* the card still goes out: the other ranks must not wait for it */
             mine->has_gpu = 0;
             PLAIT_WARN(PLAIT_SUBSYS_INIT, "CUDA on rank %d: the current context's device is unknown (%d)", me, r);
+        } else {
+            int sms = 0;
+            if (cu->DeviceGetAttribute(&sms, PLAIT_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, mine->dev) == 0 && sms > 0)
+                mine->resident = sms * PLAIT_KERNEL_CTAS_PER_SM;
         }
     }
     if ((status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards))))
@@ -585,6 +633,7 @@ plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
     memcpy(cc->bus_id, mine->bus_id, sizeof(cc->bus_id));
     cc->bus_id[sizeof(cc->bus_id) - 1] = '\0';
     cc->cta_cap = mine->cta_cap;
+    coresident_cap(comm, cc, cards);
     const char *ce = plait_env_get("PLAIT_CE_COLL");
     cc->ce_env = ce && strcmp(ce, "1") == 0;
     cc->plan_arena.with_host = 1;
@@ -595,10 +644,11 @@ plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
     for (int p = 0; p < n; p++)
         nsame += strcmp(cards[p].bus_id, cc->bus_id) == 0 && cards[p].token == mine->token;
     PLAIT_INFO(PLAIT_SUBSYS_INIT,
-               "CUDA: rank %d on device %d (%s)%s, %d rank(s) of this process on it, %d device connection(s)%s, CTA "
-               "cap %d%s",
-               me, cc->dev, cc->bus_id, cu->is_double ? " [test double, not a GPU]" : "", nsame, cc->nconn,
-               cc->has_proxy ? " (some through the proxy)" : "", cc->cta_cap, cc->fn ? "" : " (no kernel)");
+               "CUDA: rank %d on device %d (%s)%s, %d rank(s) of this process on it (%d in all), %d device "
+               "connection(s)%s, CTA cap %d (co-residency %d)%s",
+               me, cc->dev, cc->bus_id, cu->is_double ? " [test double, not a GPU]" : "", nsame, cc->ranks_on_gpu,
+               cc->nconn, cc->has_proxy ? " (some through the proxy)" : "", cc->cta_cap, cc->resident_cap,
+               cc->fn ? "" : " (no kernel)");
 out:
     free(cards);
     return status;
@@ -1249,6 +1299,12 @@ static plait_result_t launch_stream(struct plait_comm *comm, struct plait_cuda_c
     nops = m;
     if (!nops)
         return PLAIT_SUCCESS;
+    if (cc->resident_cap == 0)
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "%s: rank %d: %d ranks of the communicator share device %s, more than its SMs can hold "
+                           "CTAs of plait's kernel at once (one CTA per SM): the kernels would wait for each other "
+                           "forever; put fewer ranks on one GPU",
+                           ops[0]->name, comm->rank, cc->ranks_on_gpu, cc->bus_id);
 
     int has_p2p = 0;
     for (int i = 0; i < nops; i++)
@@ -1263,6 +1319,13 @@ static plait_result_t launch_stream(struct plait_comm *comm, struct plait_cuda_c
                                "kernel launch holds (they must launch together); split the group",
                                ops[0]->name, comm->rank, nops, PLAIT_KMAX_OPS);
         const int lanes = count_lanes(cc, ops, nops, NULL);
+        if (cc->resident_cap > 0 && lanes > cc->resident_cap)
+            return plait_error(PLAIT_ERR_INVALID_USAGE,
+                               "%s: rank %d: a group with sends/receives needs %d CTAs at once (one per peer and "
+                               "direction, plus the collectives' channels), but with %d rank(s) of the communicator "
+                               "on device %s each rank may have only %d resident (one CTA per SM): it would hang; "
+                               "split the group or put fewer ranks on one GPU",
+                               ops[0]->name, comm->rank, lanes, cc->ranks_on_gpu, cc->bus_id, cc->resident_cap);
         if (cc->cta_cap >= 0 && lanes > (cc->cta_cap ? cc->cta_cap : 1) && !cc->p2p_cap_logged) {
             cc->p2p_cap_logged = 1;
             PLAIT_INFO(PLAIT_SUBSYS_P2P,
