@@ -7,11 +7,14 @@
  * global state, no second copy of plait). Every pncclX below is the definition
  * and ncclX a weak alias of it (at the end of the file), as in NVIDIA's library.
  *
- * Buffers. In this release plait runs on host memory only. A pointer is
- * treated as device memory only when the process has loaded the CUDA driver
- * and the driver says so; such calls fail with ncclInvalidUsage. The
- * cudaStream_t argument is ignored: with host buffers a call is complete when
- * it returns (in a group: when ncclGroupEnd returns).
+ * Buffers and streams. A pointer is device memory only when the process has
+ * loaded the CUDA driver and the driver says so (cudaMalloc'd or managed
+ * memory); the shim never loads CUDA itself. Calls on device buffers go to
+ * plait's CUDA backend on a plait stream wrapping the caller's cudaStream_t
+ * (one cached wrapper per cudaStream_t; NULL is CUDA's default stream): they
+ * are stream-ordered and return once queued, as NCCL's. Calls on host buffers
+ * run on the CPU backend and are complete when they return (in a group: when
+ * ncclGroupEnd returns); their cudaStream_t is not used.
  *
  * What each function does, and what differs from NCCL: docs/nccl-compat.md.
  */
@@ -58,6 +61,8 @@ _Static_assert((int)ncclScalarDevice == (int)PLAIT_SCALAR_DEVICE, "residence val
 _Static_assert((int)ncclScalarHostImmediate == (int)PLAIT_SCALAR_HOST_IMMEDIATE, "residence values");
 _Static_assert(sizeof(ncclUniqueId) == sizeof(plait_unique_id_t), "unique id size");
 _Static_assert(NCCL_SPLIT_NOCOLOR == PLAIT_SPLIT_NOCOLOR, "split no-color");
+_Static_assert(NCCL_WIN_DEFAULT == PLAIT_WIN_DEFAULT && NCCL_WIN_COLL_SYMMETRIC == PLAIT_WIN_COLL_SYMMETRIC,
+               "window flags");
 _Static_assert(NCCL_CONFIG_UNDEF_INT == PLAIT_CONFIG_UNDEF_INT, "undefined config value");
 
 /* ---------------------------------------------------------------- last error and log
@@ -150,28 +155,56 @@ static const char *last_error_text(plait_comm_t pc)
     return shim_msg_is_last ? shim_msg : plait_get_last_error(pc);
 }
 
-/* ---------------------------------------------------------------- CUDA pointers
+/* ---------------------------------------------------------------- CUDA: the driver, pointers, streams
  *
  * Device memory exists only in a process that has loaded the CUDA driver
  * (libcuda.so.1, loaded by the CUDA runtime or linked by the application). So
  * the shim never loads or initialises CUDA itself, which keeps CPU-only and
  * forking jobs free of it: it looks for a driver that is already loaded
- * (RTLD_NOLOAD) and asks it about each buffer. Until the driver appears, the
- * look-up is repeated only when the process has loaded new objects (the
- * loader's counter, read through dl_iterate_phdr), so a CPU-only call costs one
- * counter read. A driver that answers with an error (not initialised, or a
- * pointer it does not know) means host memory. */
+ * (RTLD_NOLOAD) and asks it about each buffer. The driver looked for is the
+ * one plait loads: PLAIT_CUDA_LIBRARY when set (the CUDA test double, in
+ * tests), else libcuda.so.1. Until it appears, the look-up is repeated only
+ * when the process has loaded new objects (the loader's counter, read through
+ * dl_iterate_phdr), so a CPU-only call costs one counter read.
+ *
+ * plait itself dlopens that driver and calls cuInit(0) once per process, at
+ * the first communicator init (src/cuda/cu.c), creating no context. This is consistent: a host-only
+ * program on a machine with a driver then has it loaded, but without a
+ * context; the shim finds it and classifies buffers with
+ * cuPointerGetAttributes, which needs no context either, and every host
+ * buffer stays on the CPU backend with a NULL stream. On a machine without a
+ * driver (or a GPU) nothing is loaded and every buffer is host memory.
+ *
+ * A buffer the driver calls device memory (cudaMalloc, cuMemAlloc) or managed
+ * memory (cudaMallocManaged) goes to plait's CUDA backend on the caller's
+ * cudaStream_t; anything else (a pointer the driver does not know, registered
+ * host memory, a driver that answers with an error) is host memory. */
 
-typedef int (*cu_pointer_get_attribute_fn)(void *data, int attribute, unsigned long long ptr);
+typedef int (*cu_pointer_get_attributes_fn)(unsigned n, int *attrs, void **data, unsigned long long ptr);
 typedef int (*cu_ctx_get_current_fn)(void **ctx);
+typedef int (*cu_ctx_set_current_fn)(void *ctx);
+typedef int (*cu_ctx_get_device_fn)(int *dev);
+typedef int (*cu_mem_alloc_fn)(unsigned long long *p, size_t bytes);
+typedef int (*cu_mem_free_fn)(unsigned long long p);
 
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
-#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
-#define CU_MEMORYTYPE_DEVICE 2
+#define CU_MEMORYTYPE_DEVICE 2 /* managed memory reports DEVICE too */
 
-static cu_pointer_get_attribute_fn cu_get_attribute;
-static cu_ctx_get_current_fn cu_ctx_get_current;
+/* The driver's functions the shim calls. Written once (under cu_lock), then
+ * published by the release store of `attributes`; readers acquire it. */
+struct shim_cu {
+    cu_pointer_get_attributes_fn attributes;
+    cu_ctx_get_current_fn ctx_get_current;
+    cu_ctx_set_current_fn ctx_set_current;   /* NULL if the driver lacks it */
+    cu_ctx_get_device_fn ctx_get_device;     /* idem */
+    cu_mem_alloc_fn mem_alloc;               /* cuMemAlloc_v2, idem */
+    cu_mem_free_fn mem_free;                 /* cuMemFree_v2, idem */
+};
+
+static struct shim_cu cu_fns;
+static int cu_found; /* cu_fns is filled (atomic) */
 static unsigned long long cu_probed_adds;
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int loader_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -180,75 +213,166 @@ static int loader_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1; /* the counter is the same in every entry: stop at the first */
 }
 
-static cu_pointer_get_attribute_fn cuda_driver(void)
+static void *sym(void *h, const char *name)
 {
-    cu_pointer_get_attribute_fn fn = __atomic_load_n(&cu_get_attribute, __ATOMIC_ACQUIRE);
-    if (fn)
-        return fn;
+    return h ? dlsym(h, name) : NULL;
+}
+
+/* The loaded driver's functions, or NULL when no driver is loaded. */
+static const struct shim_cu *cuda_driver(void)
+{
+    if (__atomic_load_n(&cu_found, __ATOMIC_ACQUIRE))
+        return &cu_fns;
     unsigned long long adds = 0;
     dl_iterate_phdr(loader_adds_cb, &adds);
     if (adds != 0 && adds == __atomic_load_n(&cu_probed_adds, __ATOMIC_RELAXED))
         return NULL;
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (h) {
-        void *get = dlsym(h, "cuPointerGetAttribute");
-        void *ctx = dlsym(h, "cuCtxGetCurrent");
+    pthread_mutex_lock(&cu_lock);
+    if (!__atomic_load_n(&cu_found, __ATOMIC_ACQUIRE)) {
+        const char *path = getenv("PLAIT_CUDA_LIBRARY");
+        void *h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        void *get = sym(h, "cuPointerGetAttributes"), *ctx = sym(h, "cuCtxGetCurrent");
         if (get && ctx) {
-            cu_ctx_get_current_fn ctx_fn;
-            memcpy(&ctx_fn, &ctx, sizeof(ctx_fn));
-            __atomic_store_n(&cu_ctx_get_current, ctx_fn, __ATOMIC_RELAXED);
-            memcpy(&fn, &get, sizeof(fn));
+            void *set = sym(h, "cuCtxSetCurrent"), *dev = sym(h, "cuCtxGetDevice");
+            void *alloc = sym(h, "cuMemAlloc_v2"), *release = sym(h, "cuMemFree_v2");
+            memcpy(&cu_fns.attributes, &get, sizeof(get));
+            memcpy(&cu_fns.ctx_get_current, &ctx, sizeof(ctx));
+            memcpy(&cu_fns.ctx_set_current, &set, sizeof(set));
+            memcpy(&cu_fns.ctx_get_device, &dev, sizeof(dev));
+            memcpy(&cu_fns.mem_alloc, &alloc, sizeof(alloc));
+            memcpy(&cu_fns.mem_free, &release, sizeof(release));
             /* The handle is kept: the driver stays loaded for the process. */
-            __atomic_store_n(&cu_get_attribute, fn, __ATOMIC_RELEASE);
-        } else {
+            __atomic_store_n(&cu_found, 1, __ATOMIC_RELEASE);
+        } else if (h) {
             dlclose(h);
         }
+        __atomic_store_n(&cu_probed_adds, adds, __ATOMIC_RELAXED);
     }
-    __atomic_store_n(&cu_probed_adds, adds, __ATOMIC_RELAXED);
-    return fn;
+    pthread_mutex_unlock(&cu_lock);
+    return __atomic_load_n(&cu_found, __ATOMIC_ACQUIRE) ? &cu_fns : NULL;
 }
 
-static int is_device_pointer(cu_pointer_get_attribute_fn get, const void *p)
+/* Whether p is device or managed memory (the CUDA backend's kinds). */
+static int is_device_pointer(const struct shim_cu *cu, const void *p)
 {
-    unsigned int type = 0, managed = 0;
-    unsigned long long addr = (unsigned long long)(uintptr_t)p;
-    if (!p || get(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) != 0 || type != CU_MEMORYTYPE_DEVICE)
+    if (!cu || !p)
         return 0;
-    /* Managed memory is reachable from the host: the CPU backend can run on it. */
-    return !(get(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, addr) == 0 && managed);
+    unsigned int type = 0;
+    int attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    void *data = &type;
+    return cu->attributes(1, &attr, &data, (unsigned long long)(uintptr_t)p) == 0 && type == CU_MEMORYTYPE_DEVICE;
 }
 
-/* ncclInvalidUsage when a buffer is device memory (b may be NULL or a). */
-static ncclResult_t check_host(const char *fn, const char *name_a, const void *a, const char *name_b, const void *b)
+/* The calling thread's current CUDA context, or NULL (no driver, or none). */
+static void *cuda_context_current(void)
 {
-    cu_pointer_get_attribute_fn get = cuda_driver();
-    if (!get)
-        return ncclSuccess;
-    const char *name = NULL;
-    const void *p = NULL;
-    if (is_device_pointer(get, a)) {
-        name = name_a;
-        p = a;
-    } else if (b && b != a && is_device_pointer(get, b)) {
-        name = name_b;
-        p = b;
-    }
-    if (!name)
-        return ncclSuccess;
-    return shim_error(ncclInvalidUsage,
-                      "%s: %s (%p) is device memory, which needs the CUDA backend (not built yet): this libnccl.so.2 "
-                      "from plait runs on host memory only",
-                      fn, name, p);
-}
-
-/* Whether the calling thread has a current CUDA context: a GPU program. */
-static int cuda_context_current(void)
-{
-    if (!cuda_driver())
-        return 0;
-    cu_ctx_get_current_fn get = __atomic_load_n(&cu_ctx_get_current, __ATOMIC_RELAXED);
+    const struct shim_cu *cu = cuda_driver();
     void *ctx = NULL;
-    return get && get(&ctx) == 0 && ctx != NULL;
+    if (!cu || cu->ctx_get_current(&ctx) != 0)
+        return NULL;
+    return ctx;
+}
+
+/* The device of the calling thread's current context, or -1 (none: a host
+ * communicator would be made). */
+static int cuda_device_current(void)
+{
+    const struct shim_cu *cu = cuda_driver();
+    int dev = -1;
+    if (!cuda_context_current() || !cu->ctx_get_device || cu->ctx_get_device(&dev) != 0)
+        return -1;
+    return dev;
+}
+
+/* plait streams wrapping the caller's cudaStream_t values, one per value,
+ * made at its first use and kept for the process's life. A wrapper holds
+ * nothing but the handle (plait_stream_from_cuda makes no CUDA call and
+ * keeps no state of the CUDA stream), so when the application destroys a
+ * stream and CUDA later hands out the same address for a new one, the old
+ * wrapper names the new stream correctly: reuse is harmless, and nothing needs
+ * to know about cudaStreamDestroy. The table grows by one small node per
+ * distinct handle; lookups take no lock: a node is filled, then published by
+ * the release store into its bucket's head, which readers acquire. */
+#define SHIM_STREAM_BUCKETS 64
+
+struct shim_stream {
+    cudaStream_t cuda;
+    plait_stream_t ps;
+    struct shim_stream *next;
+};
+
+static struct shim_stream *stream_buckets[SHIM_STREAM_BUCKETS];
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct shim_stream *stream_find(struct shim_stream *head, cudaStream_t s)
+{
+    for (struct shim_stream *n = head; n; n = n->next)
+        if (n->cuda == s)
+            return n;
+    return NULL;
+}
+
+/* The cached plait stream wrapping `s`, for a call on device buffers. The
+ * NULL cudaStream_t gets a wrapper too (of NULL: CUDA's default stream, as
+ * plait's NULL stream means for device buffers), so that a plait without a
+ * CUDA driver refuses the call instead of reading device memory as host
+ * memory. On failure, plait's message is the last error. */
+static ncclResult_t stream_for(cudaStream_t s, const char *fn, plait_stream_t *out)
+{
+    *out = NULL;
+    uintptr_t key = (uintptr_t)s;
+    struct shim_stream **bucket = &stream_buckets[((key >> 4) ^ (key >> 12)) % SHIM_STREAM_BUCKETS];
+    struct shim_stream *n = stream_find(__atomic_load_n(bucket, __ATOMIC_ACQUIRE), s);
+    if (n) {
+        *out = n->ps;
+        return ncclSuccess;
+    }
+    ncclResult_t r = ncclSuccess;
+    pthread_mutex_lock(&stream_lock);
+    n = stream_find(*bucket, s);
+    if (!n) {
+        n = calloc(1, sizeof(*n));
+        if (!n) {
+            r = shim_error(ncclSystemError, "%s: out of memory", fn);
+        } else if ((r = from_plait(plait_stream_from_cuda(s, &n->ps))) != ncclSuccess) {
+            free(n);
+            n = NULL;
+        } else {
+            n->cuda = s;
+            n->next = *bucket;
+            __atomic_store_n(bucket, n, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&stream_lock);
+    if (n)
+        *out = n->ps;
+    return r;
+}
+
+/* The plait stream for a call's buffers (b, c may be NULL): the wrapper of
+ * the caller's cudaStream_t when one of them is device or managed memory
+ * (plait then checks that they all are, and that the communicator has the
+ * device); NULL for host buffers, whose call is complete when it returns (or
+ * when ncclGroupEnd returns), as before the CUDA backend. */
+static ncclResult_t call_stream(const char *fn, const void *a, const void *b, cudaStream_t s, plait_stream_t *out)
+{
+    *out = NULL;
+    const struct shim_cu *cu = cuda_driver();
+    const void *dev = NULL;
+    if (is_device_pointer(cu, a))
+        dev = a;
+    else if (b && b != a && is_device_pointer(cu, b))
+        dev = b;
+    if (!dev)
+        return ncclSuccess;
+    ncclResult_t r = stream_for(s, fn, out);
+    if (r != ncclSuccess) {
+        char why[SHIM_MSG_MAX];
+        snprintf(why, sizeof(why), "%s", last_error_text(NULL));
+        return shim_error(r, "%s: a buffer (%p) is device memory, for plait's CUDA backend, which cannot take it: %s",
+                          fn, dev, why);
+    }
+    return ncclSuccess;
 }
 
 /* ---------------------------------------------------------------- communicators
@@ -462,6 +586,7 @@ struct shim_job {
     int pass_cfg;               /* give cfg to plait (else NULL: plait's inheritance) */
     plait_config_t cfg;
     char name[64];
+    void *cu_ctx;               /* the caller's current CUDA context (NULL: none) */
     plait_comm_t made;
     ncclResult_t result;
     char msg[SHIM_MSG_MAX];
@@ -481,6 +606,17 @@ static void *job_main(void *arg)
     struct shim_job *job = arg;
     const plait_config_t *cfg = job->pass_cfg ? &job->cfg : NULL;
     shim_msg_is_last = 0;
+    /* plait takes a communicator's device from the context current on the
+     * thread that creates it (as NCCL takes the current device): the caller's,
+     * not this new thread's, which has none. */
+    const struct shim_cu *cu = job->cu_ctx ? cuda_driver() : NULL;
+    if (cu && cu->ctx_set_current && cu->ctx_set_current(job->cu_ctx) != 0) {
+        job->result = shim_error(ncclUnhandledCudaError,
+                                 "cannot make the caller's CUDA context current on the thread that creates the "
+                                 "communicator (cuCtxSetCurrent failed)");
+        snprintf(job->msg, sizeof(job->msg), "%s", shim_msg);
+        return NULL;
+    }
     switch (job->kind) {
     case SHIM_JOB_INIT:
         job->result = from_plait(plait_comm_init_rank_config(&job->made, job->nranks, job->id, job->rank, cfg));
@@ -500,6 +636,7 @@ static void *job_main(void *arg)
 /* Starts a deferred creation; the job belongs to this thread's group. */
 static ncclResult_t job_start(struct shim_job *job, const char *fn)
 {
+    job->cu_ctx = cuda_context_current();
     if (job->target)
         job->target->job = job;
     if (pthread_create(&job->thread, NULL, job_main, job) != 0) {
@@ -676,7 +813,7 @@ static ncclResult_t init_common(ncclComm_t *comm_out, int nranks, const ncclUniq
         return r;
     plait_unique_id_t id;
     memcpy(id.internal, commId->internal, sizeof(id.internal));
-    struct ncclComm *w = comm_new(&cfg, name, -1);
+    struct ncclComm *w = comm_new(&cfg, name, cuda_device_current());
     if (!w)
         return shim_error(ncclSystemError, "%s: out of memory", fn);
     if (group_depth > 0 && config_blocking(&cfg)) {
@@ -744,15 +881,27 @@ ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
         return shim_error(ncclInvalidArgument, "ncclCommInitAll: ndev is %d (must be >= 1)", ndev);
     plait_comm_t *pcs = calloc((size_t)ndev, sizeof(*pcs));
     struct ncclComm **ws = calloc((size_t)ndev, sizeof(*ws));
+    int *first = NULL;
     ncclResult_t r = ncclSuccess;
     if (!pcs || !ws) {
         r = shim_error(ncclSystemError, "ncclCommInitAll: out of memory");
         goto out;
     }
+    /* NCCL's NULL devlist means the first ndev devices. A program with a
+     * current CUDA context (a GPU program) gets them; without one, host
+     * communicators, so that CPU-only programs keep working without CUDA. */
+    if (!devlist && cuda_context_current()) {
+        if (!(first = calloc((size_t)ndev, sizeof(*first)))) {
+            r = shim_error(ncclSystemError, "ncclCommInitAll: out of memory");
+            goto out;
+        }
+        for (int i = 0; i < ndev; i++)
+            first[i] = i;
+        devlist = first;
+    }
     const plait_config_t def = PLAIT_CONFIG_INITIALIZER;
     for (int i = 0; i < ndev; i++) {
-        /* The device each rank was given (NCCL: the first ndev devices when devlist is NULL). */
-        ws[i] = comm_new(&def, NULL, devlist ? devlist[i] : i);
+        ws[i] = comm_new(&def, NULL, devlist ? devlist[i] : -1);
         if (!ws[i]) {
             r = shim_error(ncclSystemError, "ncclCommInitAll: out of memory");
             goto err_wrappers;
@@ -770,6 +919,7 @@ err_wrappers:
     for (int i = 0; i < ndev; i++)
         comm_discard(ws[i]);
 out:
+    free(first);
     free(pcs);
     free(ws);
     return r;
@@ -796,7 +946,7 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *new
         snprintf(name, sizeof(name), "%s", comm->name);
     }
     struct ncclComm *w = NULL;
-    if (color != NCCL_SPLIT_NOCOLOR && !(w = comm_new(&cfg, name, comm->cuda_dev)))
+    if (color != NCCL_SPLIT_NOCOLOR && !(w = comm_new(&cfg, name, cuda_device_current())))
         return shim_error(ncclSystemError, "%s: out of memory", fn);
     if (group_depth > 0) {
         /* plait's split exchanges colors with the other ranks before it
@@ -945,7 +1095,7 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclude
         cfg = comm->cfg;
         snprintf(name, sizeof(name), "%s", comm->name);
     }
-    struct ncclComm *w = comm_new(&cfg, name, comm->cuda_dev);
+    struct ncclComm *w = comm_new(&cfg, name, cuda_device_current());
     if (!w) {
         free(excluded);
         return shim_error(ncclSystemError, "%s: out of memory", fn);
@@ -1069,7 +1219,8 @@ ncclResult_t pncclCommAbort(ncclComm_t comm)
 
 /* plait cannot stop a communicator's work without freeing it (that is
  * ncclCommAbort). With host buffers a call on this thread is complete when it
- * returns, so revoking marks the communicator: later collectives,
+ * returns, and device work already queued on CUDA streams runs to its end, so
+ * revoking marks the communicator: later collectives,
  * point-to-point calls, op creation and finalize are refused; destroy, abort,
  * split and shrink remain. Work still queued by a non-blocking communicator
  * finishes (ncclCommGetAsyncError reports ncclInProgress until it has). */
@@ -1138,9 +1289,11 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank)
     return from_plait(plait_comm_rank(pc, rank));
 }
 
-/* The CUDA device the communicator was given: ncclCommInitAll's devlist entry
- * (or the rank, when devlist is NULL), inherited by split and shrink children;
- * -1 for the others, since no CUDA device is used by a host communicator. */
+/* The communicator's CUDA device: the device of the context current when it
+ * was created (cuCtxGetDevice; for a creation deferred to ncclGroupEnd, the
+ * caller's context at the call), ncclCommInitAll's devlist entry (devices
+ * 0..ndev-1 for a NULL devlist in a GPU program); -1 for a host communicator
+ * (no current context at creation). */
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device)
 {
     plait_comm_t pc = NULL;
@@ -1155,20 +1308,32 @@ ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device)
 
 /* ---------------------------------------------------------------- memory and registration */
 
+/* With a current CUDA context (a GPU program), device memory of that context's
+ * device from the driver the program loaded (cuMemAlloc_v2), as NCCL gives;
+ * without one, host memory. The size is rounded up to whole pages. Host memory
+ * is page-aligned (NCCL_WIN_REQUIRED_ALIGNMENT); device memory has
+ * cuMemAlloc's alignment (at least 256 bytes; NCCL's cuMemCreate granularity
+ * is coarser), which plait's windows accept. */
 ncclResult_t pncclMemAlloc(void **ptr, size_t size)
 {
     if (!ptr)
         return shim_error(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
-    if (cuda_context_current())
-        return shim_error(ncclInvalidUsage,
-                          "ncclMemAlloc: this thread has a CUDA context, so the caller wants device memory, which "
-                          "needs the CUDA backend (not built yet)");
-    /* Host memory, page-aligned and rounded up to whole pages, so that it
-     * meets NCCL_WIN_REQUIRED_ALIGNMENT too. */
     const size_t page = NCCL_WIN_REQUIRED_ALIGNMENT;
     if (size > SIZE_MAX - page)
         return shim_error(ncclInvalidArgument, "ncclMemAlloc: size %zu is too large", size);
     size_t bytes = size == 0 ? page : (size + page - 1) / page * page;
+    if (cuda_context_current()) {
+        const struct shim_cu *cu = cuda_driver();
+        unsigned long long d = 0;
+        if (!cu->mem_alloc)
+            return shim_error(ncclUnhandledCudaError, "ncclMemAlloc: the loaded CUDA driver has no cuMemAlloc_v2");
+        int res = cu->mem_alloc(&d, bytes);
+        if (res != 0)
+            return shim_error(ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc_v2 of %zu bytes failed (CUDA error %d)",
+                              bytes, res);
+        *ptr = (void *)(uintptr_t)d;
+        return ncclSuccess;
+    }
     void *p = NULL;
     if (posix_memalign(&p, page, bytes) != 0)
         return shim_error(ncclSystemError, "ncclMemAlloc: cannot allocate %zu bytes of host memory", bytes);
@@ -1176,11 +1341,21 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size)
     return ncclSuccess;
 }
 
+/* Device memory (from ncclMemAlloc under a context) goes back to the driver,
+ * on the calling thread's context as cuMemFree needs; host memory to free(). */
 ncclResult_t pncclMemFree(void *ptr)
 {
-    ncclResult_t r = check_host("ncclMemFree", "ptr", ptr, NULL, NULL);
-    if (r)
-        return r;
+    const struct shim_cu *cu = cuda_driver();
+    if (is_device_pointer(cu, ptr)) {
+        if (!cu->mem_free)
+            return shim_error(ncclUnhandledCudaError, "ncclMemFree: the loaded CUDA driver has no cuMemFree_v2");
+        int res = cu->mem_free((unsigned long long)(uintptr_t)ptr);
+        if (res != 0)
+            return shim_error(ncclUnhandledCudaError,
+                              "ncclMemFree: cuMemFree_v2(%p) failed (CUDA error %d; it needs a current context)", ptr,
+                              res);
+        return ncclSuccess;
+    }
     free(ptr);
     return ncclSuccess;
 }
@@ -1190,8 +1365,10 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, v
     static const char fn[] = "ncclCommRegister";
     plait_comm_t pc = NULL;
     ncclResult_t r = comm_get(comm, fn, 0, &pc);
-    if (r || (r = check_host(fn, "buff", buff, NULL, NULL)))
+    if (r)
         return r;
+    /* plait records the range (host or device memory alike); the single-copy
+     * paths that use it are plait's. */
     return from_plait(plait_comm_register(pc, buff, size, handle));
 }
 
@@ -1259,8 +1436,17 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTy
         return shim_error(ncclInvalidArgument, "%s: op (%p) or scalar (%p) is NULL", fn, (void *)op, scalar);
     if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
         return shim_error(ncclInvalidArgument, "%s: residence %d is not an ncclScalarResidence_t", fn, (int)residence);
-    if ((r = check_host(fn, "scalar", scalar, NULL, NULL)))
-        return r;
+    /* plait reads a premulsum scalar on the host: once here
+     * (ncclScalarHostImmediate), or when each collective using the op is
+     * issued (ncclScalarDevice), never from a kernel. A scalar in device
+     * memory would be read as host memory: refuse it. */
+    if (is_device_pointer(cuda_driver(), scalar))
+        return shim_error(ncclInvalidUsage,
+                          "%s: scalar (%p) is device memory: plait reads a premulsum scalar on the host when the op "
+                          "is created (ncclScalarHostImmediate) or when a collective using it is issued "
+                          "(ncclScalarDevice), and cannot read it from device memory yet; keep the scalar in host "
+                          "memory",
+                          fn, scalar);
     plait_redop_t made;
     r = from_plait(plait_redop_create_premulsum(&made, scalar, (plait_datatype_t)datatype,
                                                 (plait_scalar_residence_t)residence, pc));
@@ -1280,9 +1466,11 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
 
 /* ---------------------------------------------------------------- collectives and point-to-point
  *
- * Each checks the handle, the type and op, and that the buffers are host
- * memory, then calls plait on the NULL stream: the call is complete when it
- * returns, or, in a group, when ncclGroupEnd returns. */
+ * Each checks the handle, the type and op, and calls plait: on device buffers
+ * with the wrapper of the caller's cudaStream_t (stream-ordered: the call
+ * returns once queued, as NCCL's), on host buffers with the NULL stream (the
+ * call is complete when it returns, or, in a group, when ncclGroupEnd
+ * returns). */
 
 static ncclResult_t work_done(plait_result_t pr)
 {
@@ -1295,26 +1483,26 @@ ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, 
                             ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclAllReduce";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) || (r = check_op(op, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_allreduce(sendbuff, recvbuff, count, (plait_datatype_t)datatype, (plait_redop_t)op, pc, NULL));
+    return work_done(plait_allreduce(sendbuff, recvbuff, count, (plait_datatype_t)datatype, (plait_redop_t)op, pc, ps));
 }
 
 ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                             ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclBroadcast";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_broadcast(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, NULL));
+    return work_done(plait_broadcast(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, ps));
 }
 
 /* NCCL's in-place broadcast. */
@@ -1322,130 +1510,135 @@ ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int r
                         cudaStream_t stream)
 {
     static const char fn[] = "ncclBcast";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "buff", buff, NULL, NULL)))
+        (r = call_stream(fn, buff, NULL, stream, &ps)))
         return r;
-    return work_done(plait_broadcast(buff, buff, count, (plait_datatype_t)datatype, root, pc, NULL));
+    return work_done(plait_broadcast(buff, buff, count, (plait_datatype_t)datatype, root, pc, ps));
 }
 
 ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                          int root, ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclReduce";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) || (r = check_op(op, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
     return work_done(
-        plait_reduce(sendbuff, recvbuff, count, (plait_datatype_t)datatype, (plait_redop_t)op, root, pc, NULL));
+        plait_reduce(sendbuff, recvbuff, count, (plait_datatype_t)datatype, (plait_redop_t)op, root, pc, ps));
 }
 
 ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                             ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclAllGather";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_allgather(sendbuff, recvbuff, sendcount, (plait_datatype_t)datatype, pc, NULL));
+    return work_done(plait_allgather(sendbuff, recvbuff, sendcount, (plait_datatype_t)datatype, pc, ps));
 }
 
 ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclReduceScatter";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) || (r = check_op(op, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
     return work_done(
-        plait_reducescatter(sendbuff, recvbuff, recvcount, (plait_datatype_t)datatype, (plait_redop_t)op, pc, NULL));
+        plait_reducescatter(sendbuff, recvbuff, recvcount, (plait_datatype_t)datatype, (plait_redop_t)op, pc, ps));
 }
 
 ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclAlltoAll";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_alltoall(sendbuff, recvbuff, count, (plait_datatype_t)datatype, pc, NULL));
+    return work_done(plait_alltoall(sendbuff, recvbuff, count, (plait_datatype_t)datatype, pc, ps));
 }
 
 ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclGather";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_gather(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, NULL));
+    return work_done(plait_gather(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, ps));
 }
 
 ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                           ncclComm_t comm, cudaStream_t stream)
 {
     static const char fn[] = "ncclScatter";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, "recvbuff", recvbuff)))
+        (r = call_stream(fn, sendbuff, recvbuff, stream, &ps)))
         return r;
-    return work_done(plait_scatter(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, NULL));
+    return work_done(plait_scatter(sendbuff, recvbuff, count, (plait_datatype_t)datatype, root, pc, ps));
 }
 
 ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream)
 {
     static const char fn[] = "ncclSend";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "sendbuff", sendbuff, NULL, NULL)))
+        (r = call_stream(fn, sendbuff, NULL, stream, &ps)))
         return r;
-    return work_done(plait_send(sendbuff, count, (plait_datatype_t)datatype, peer, pc, NULL));
+    return work_done(plait_send(sendbuff, count, (plait_datatype_t)datatype, peer, pc, ps));
 }
 
 ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream)
 {
     static const char fn[] = "ncclRecv";
-    (void)stream;
     plait_comm_t pc = NULL;
+    plait_stream_t ps = NULL;
     ncclResult_t r;
     if ((r = comm_get(comm, fn, 1, &pc)) || (r = check_type(datatype, fn)) ||
-        (r = check_host(fn, "recvbuff", recvbuff, NULL, NULL)))
+        (r = call_stream(fn, recvbuff, NULL, stream, &ps)))
         return r;
-    return work_done(plait_recv(recvbuff, count, (plait_datatype_t)datatype, peer, pc, NULL));
+    return work_done(plait_recv(recvbuff, count, (plait_datatype_t)datatype, peer, pc, ps));
 }
 
 /* ---------------------------------------------------------------- device API, host side
  *
- * NCCL's device API (kernels that communicate through symmetric windows) needs
- * the CUDA backend. Until it exists, the entry points that create resources
- * fail with ncclInvalidUsage; the team queries answer for a host
- * communicator, where no peer is load/store accessible: the LSA team is the
- * rank alone and the rail team is the world. */
+ * NCCL's device API lets the user's own kernels communicate (nccl_device.h:
+ * ncclDevComm, load/store and GIN barriers, the LL all-to-all) through
+ * symmetric memory windows. plait's CUDA backend runs plait's kernels only: it
+ * has memory windows (ncclCommWindowRegister) but no device-side library for
+ * user kernels, so the entry points that create resources fail with
+ * ncclInvalidUsage. The team queries answer as if no peer were load/store
+ * accessible (no device API can use one): the LSA team is the rank alone and
+ * the rail team is the world. */
 
-static const char device_api_msg[] = "NCCL's device API needs the CUDA backend (not built yet)";
+static const char device_api_msg[] =
+    "plait has no device-side API for user kernels (NCCL's nccl_device.h: ncclDevComm, LSA/GIN barriers, LL "
+    "all-to-all); its CUDA backend runs plait's own kernels only";
 
 ncclResult_t pncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm)
 {
@@ -1549,7 +1742,7 @@ ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, 
 
 /* Slots an LL all-to-all needs for maxElts elements of maxEltSize bytes: one
  * per 8 bytes of each element (an LL slot carries 8 bytes of data), as NCCL
- * computes it. Pure arithmetic, so it answers without the CUDA backend. */
+ * computes it. Pure arithmetic, so it answers without a device API. */
 int pncclLLA2ACalcSlots(int maxElts, int maxEltSize)
 {
     return maxElts * ((maxEltSize + 7) / 8);

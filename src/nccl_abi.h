@@ -35,8 +35,8 @@ extern "C" {
  * struct (the same typedef as CUDA's, which C11 lets both headers repeat). */
 typedef struct CUstream_st *cudaStream_t;
 
-/* Handles. The communicator is plait's wrapper (src/nccl_abi.c); windows do not
- * exist until the CUDA backend does. */
+/* Handles. The communicator is plait's wrapper (src/nccl_abi.c); a window is
+ * plait's plait_window_t (plait_comm_window_register). */
 typedef struct ncclComm *ncclComm_t;
 typedef struct ncclWindow_vidmem *ncclWindow_t;
 #define NCCL_COMM_NULL NULL

@@ -878,9 +878,9 @@ static void check_scalable(const ncclUniqueId *ids)
     expect_ok(ncclCommDestroy(sc), "ncclCommDestroy (scalable)");
 }
 
-/* What ncclCommCuDevice reports for a communicator made by ncclCommInitRank on
- * host memory: plait's libnccl.so.2 gives -1 (no CUDA device is used); NCCL
- * would give the current CUDA device (docs/nccl-compat.md). */
+/* What ncclCommCuDevice reports for a host communicator (made without a
+ * current CUDA context): plait's libnccl.so.2 gives -1 (no CUDA device is
+ * used); NCCL would give the current CUDA device (docs/nccl-compat.md). */
 #define APP_HOST_CUDEVICE (-1)
 
 /* ncclCommShrink without the last rank: the survivors call it (the excluded
@@ -1038,8 +1038,10 @@ static void check_init_all(int n)
         ncclCommCount(comms[r], &cnt);
         ncclCommUserRank(comms[r], &rank);
         ncclCommCuDevice(comms[r], &dev);
-        say(cnt == n && rank == r && dev == r, "ncclCommInitAll communicator %d: count %d rank %d device %d", r, cnt,
-            rank, dev);
+        /* A NULL devlist in a program without a CUDA context: host
+         * communicators, device -1 (NCCL would use devices 0..n-1). */
+        say(cnt == n && rank == r && dev == APP_HOST_CUDEVICE, "ncclCommInitAll communicator %d: count %d rank %d device %d",
+            r, cnt, rank, dev);
         bufs[r] = xcalloc(count, sizeof(double));
         for (size_t i = 0; i < count; i++)
             bufs[r][i] = pattern(t, r, i);
