@@ -279,6 +279,7 @@ const char *plait_mem_kind_name(int kind)
 
 struct ipc_import {
     plait_cu_ipc_handle handle;
+    void *ctx; /* the context it is mapped in: ranks of one process on other devices map it again */
     plait_cudevptr ptr;
     int users;
     struct ipc_import *next;
@@ -289,9 +290,12 @@ static struct ipc_import *ipc_imports;
 
 int plait_cu_ipc_open(const struct plait_cu *cu, const plait_cu_ipc_handle *h, plait_cudevptr *p_out)
 {
+    void *ctx = NULL;
+    if (cu->CtxGetCurrent(&ctx) != PLAIT_CU_SUCCESS)
+        ctx = NULL;
     pthread_mutex_lock(&ipc_lock);
     for (struct ipc_import *im = ipc_imports; im; im = im->next)
-        if (memcmp(&im->handle, h, sizeof(*h)) == 0) {
+        if (im->ctx == ctx && memcmp(&im->handle, h, sizeof(*h)) == 0) {
             im->users++;
             *p_out = im->ptr;
             pthread_mutex_unlock(&ipc_lock);
@@ -310,6 +314,7 @@ int plait_cu_ipc_open(const struct plait_cu *cu, const plait_cu_ipc_handle *h, p
         return r;
     }
     im->handle = *h;
+    im->ctx = ctx;
     im->ptr = p;
     im->users = 1;
     im->next = ipc_imports;

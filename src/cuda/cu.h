@@ -138,11 +138,15 @@ const char *plait_cu_strerror(int res, char *buf, size_t len);
  * "<what>: <call> failed: CUDA_ERROR_X: text" (plait_error). */
 plait_result_t plait_cu_error(int res, const char *what, const char *call);
 
-/* CUDA IPC handles opened once per process. The driver lets a process open
- * a handle once (a second cuIpcOpenMemHandle of the same handle fails with
- * CUDA_ERROR_ALREADY_MAPPED while the first is open), but several ranks of
- * one process may need the same peer segment: these count the users of each
- * opened handle and close it with the last. Thread-safe. Return CUDA results. */
+/* CUDA IPC handles opened once per process and context. Older drivers let a
+ * process open a handle once (a second cuIpcOpenMemHandle of the same handle
+ * fails with CUDA_ERROR_ALREADY_MAPPED while the first is open; current ones
+ * count references per context), but several ranks of one process may need
+ * the same peer segment: these count the users of each (handle, current
+ * context) and close it with the last. A rank of the same process on another
+ * device (another context) maps the handle again in its own context, as the
+ * driver requires. Close with the opening context current. Thread-safe.
+ * Return CUDA results. */
 int plait_cu_ipc_open(const struct plait_cu *cu, const plait_cu_ipc_handle *h, plait_cudevptr *p_out);
 int plait_cu_ipc_close(const struct plait_cu *cu, plait_cudevptr p);
 

@@ -126,7 +126,7 @@ static __device__ __forceinline__ void plait_kb_pause(uint32_t spins)
 
 /* One CTA per lane, PLAIT_KERNEL_THREADS threads. The parameter block is a
  * __grid_constant__: the body takes its address without a local copy. */
-extern "C" __global__ void __launch_bounds__(PLAIT_KERNEL_THREADS)
+extern "C" __global__ void __launch_bounds__(PLAIT_KERNEL_THREADS, PLAIT_KERNEL_CTAS_PER_SM)
     plait_kernel(const __grid_constant__ struct plait_kargs a)
 {
     __shared__ struct plait_kb_shared sh;

@@ -28,6 +28,12 @@
 
 #define PLAIT_KERNEL_NAME "plait_kernel"
 #define PLAIT_KERNEL_THREADS 512      /* threads per CTA (blockDim.x) */
+/* CTAs of plait_kernel one SM is guaranteed to hold at once (the min-blocks
+ * of its __launch_bounds__: ptxas then keeps registers at or under
+ * 64K / (THREADS * this)). A launch's CTAs wait on each other and on the CTAs
+ * of the other ranks sharing the GPU, so all of them must be resident
+ * together: coll.c caps the CTAs of a rank at SMs x this / ranks on the GPU. */
+#define PLAIT_KERNEL_CTAS_PER_SM 1
 #define PLAIT_KMAX_OPS 48             /* operations in one launch (more: several launches) */
 #define PLAIT_KMAX_LANES 512          /* CTAs of one launch */
 

@@ -4,14 +4,21 @@
  * tests/test_stepper.c drives it directly; either way the CPU tests take the
  * GPU's decisions.
  *
- * The hooks: a CTA is one thread (tid 0 of 1, barriers are no-ops), copies
+ * The hooks: a CTA is one thread (tid 0 of 1, barriers are no-ops) -- or,
+ * with PLAIT_KB_EMU_THREADS=T (2..64; a test setting), T threads that share
+ * the CTA's state and meet at a barrier at every PLAIT_KB_SYNC, each copying
+ * and reducing its slice, so that the body's division of work between the
+ * leader and the others (shared state, barriers, per-thread LL polls) runs
+ * as on the GPU --, copies
  * are memcpy, reductions are plait_reduce_apply (the CPU executor's, whose
  * rules the device reductions reproduce bit for bit), LL lines are written
  * and read as 8-byte atomics of {data, flag} (a line's two halves carry the
  * flag each, so a reader that sees both flags has both words), fences and
  * atomics are GCC's __atomic builtins at sequential consistency where the GPU
  * uses system scope, waits spin briefly and then yield. */
+#include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,23 +37,52 @@ static void red_of(const struct plait_dev_op *op, struct plait_red *r)
     r->scalar_i = op->scalar_i;
 }
 
+/* This thread's place in its emulated CTA (tid 0 of 1 unless
+ * PLAIT_KB_EMU_THREADS is set). */
+static __thread unsigned kb_tid;
+static __thread unsigned kb_nth = 1;
+static __thread pthread_barrier_t *kb_bar;
+
+static void kb_sync(void)
+{
+    if (kb_nth > 1)
+        pthread_barrier_wait(kb_bar);
+}
+
 #define PLAIT_KB_FN static
-#define PLAIT_KB_TID 0u
-#define PLAIT_KB_NTHREADS 1u
-#define PLAIT_KB_SYNC() ((void)0)
+#define PLAIT_KB_TID kb_tid
+#define PLAIT_KB_NTHREADS kb_nth
+#define PLAIT_KB_SYNC() kb_sync()
+
+/* [lo, hi) of n items: this thread's contiguous share. */
+static void kb_share(uint64_t n, uint64_t *lo, uint64_t *hi)
+{
+    *lo = n * kb_tid / kb_nth;
+    *hi = n * (kb_tid + 1) / kb_nth;
+}
 
 static void plait_kb_copy(void *dst, const void *src, uint64_t bytes)
 {
-    if (dst != src && bytes)
-        memcpy(dst, src, (size_t)bytes);
+    uint64_t lo, hi;
+    if (dst == src || !bytes)
+        return;
+    kb_share(bytes, &lo, &hi);
+    if (hi > lo)
+        memcpy((char *)dst + lo, (const char *)src + lo, (size_t)(hi - lo));
 }
 
 static void plait_kb_reduce(const struct plait_dev_op *op, void *dst, const void *a, const void *b, uint64_t n,
                             unsigned flags)
 {
     struct plait_red r;
+    uint64_t lo, hi;
     red_of(op, &r);
-    plait_reduce_apply(&r, dst, a, b, (size_t)n, flags);
+    kb_share(n, &lo, &hi);
+    if (hi <= lo)
+        return;
+    const size_t es = op->esize, off = (size_t)lo * es;
+    plait_reduce_apply(&r, (char *)dst + off, (const char *)a + off, b ? (const char *)b + off : NULL,
+                       (size_t)(hi - lo), flags);
 }
 
 static uint64_t plait_kb_reduce8(const struct plait_dev_op *op, uint64_t a, uint64_t b, int has_b, uint32_t n,
@@ -142,10 +178,73 @@ static void plait_kb_pause(uint32_t spins)
 
 #include "cuda/kernel_body.h"
 
+struct kb_cta {
+    const struct plait_kargs *args;
+    unsigned cta, ncta, nth;
+    struct plait_kb_shared *sh;
+    pthread_barrier_t bar;
+};
+
+struct kb_thread {
+    struct kb_cta *c;
+    unsigned tid;
+};
+
+static void *kb_thread_main(void *arg)
+{
+    const struct kb_thread *t = arg;
+    kb_tid = t->tid;
+    kb_nth = t->c->nth;
+    kb_bar = &t->c->bar;
+    plait_kb_run(t->c->args, t->c->cta, t->c->ncta, t->c->sh);
+    return NULL;
+}
+
+static unsigned kb_emu_threads(void)
+{
+    const char *v = getenv("PLAIT_KB_EMU_THREADS");
+    const long n = v && *v ? strtol(v, NULL, 10) : 1;
+    return n >= 2 && n <= 64 ? (unsigned)n : 1u;
+}
+
 void plait_kernel_emulate(const void *params, unsigned cta, unsigned ncta)
 {
     struct plait_kb_shared sh;
     memset(&sh, 0, sizeof sh);
+    const unsigned nth = kb_emu_threads();
+    if (nth > 1) {
+        struct kb_cta c;
+        memset(&c, 0, sizeof c);
+        c.args = (const struct plait_kargs *)params;
+        c.cta = cta;
+        c.ncta = ncta;
+        c.nth = nth;
+        c.sh = &sh;
+        struct kb_thread t[64];
+        pthread_t th[64];
+        unsigned started = 1;
+        if (pthread_barrier_init(&c.bar, NULL, nth) == 0) {
+            for (; started < nth; started++) {
+                t[started].c = &c;
+                t[started].tid = started;
+                if (pthread_create(&th[started], NULL, kb_thread_main, &t[started]) != 0)
+                    break;
+            }
+            if (started == nth) {
+                t[0].c = &c;
+                t[0].tid = 0;
+                kb_thread_main(&t[0]);
+                for (unsigned i = 1; i < nth; i++)
+                    pthread_join(th[i], NULL);
+                pthread_barrier_destroy(&c.bar);
+                kb_tid = 0;
+                kb_nth = 1;
+                kb_bar = NULL;
+                return;
+            }
+            abort(); /* a test setting: a half-started CTA cannot run */
+        }
+    }
     plait_kb_run((const struct plait_kargs *)params, cta, ncta, &sh);
 }
 
