@@ -118,6 +118,10 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_CUDA_LIBRARY", NULL, "libcuda.so.1",
      "The CUDA driver library to dlopen. Tests point it at the CUDA test double (libplait_cuda_double.so, "
      "tests/cuda_double.c), which plait then reports as a double, not a GPU."},
+    {"PLAIT_KB_EMU_THREADS", NULL, "1",
+     "Tests only: threads per CTA when the CUDA test double runs the kernel's host emulation (2..64; other values: "
+     "1), so that the leader/worker split, the CTA barriers and per-thread LL polling of the kernel body run on a "
+     "CPU. No effect on a GPU."},
     {"PLAIT_CE_COLL", NULL, "auto",
      "Copy-engine (SM-free) all-gather and broadcast between ranks of one host on device buffers that lie in memory "
      "windows (plait_comm_window_register, ncclCommWindowRegister): cudaMemcpyAsync into (all-gather) or from "
