@@ -129,6 +129,11 @@ const struct plait_env_var plait_env_table[] = {
      "on this host and the buffers lie in windows (else the kernel runs, with one INFO line saying why); 0: never; "
      "auto: as 1 when the communicator may use no CTA (PLAIT_MAX_CTAS=0 or the config's max_ctas = 0), else never. "
      "Every rank must set the same value (window registration compares them)."},
+    {"PLAIT_CUDA_SC_MIN_BYTES", NULL, "65536",
+     "Single copy in the CUDA kernel: a device step of at least this many bytes (K/M/G suffixes) whose sent bytes "
+     "are the sender's own unchanged buffer bytes inside a memory window (plait_comm_window_register) goes as one "
+     "descriptor {window, offset, length}; the receiver's kernel reads them from its mapping of the sender's window "
+     "(same device, peer access or CUDA IPC). 0: off. Ranks may differ: a receiver reads whatever arrives."},
     {"PLAIT_PERF_DEVICE", NULL, "0",
      "The perf tools (perf/*_perf), not the library: 1 puts the buffers in CUDA device memory (device 0, shared by "
      "every rank), as their -D 1 does; 0: host memory. nccl-tests always uses device memory."},

@@ -44,7 +44,20 @@
  * a rank whose recvbuff is not in a window while its peers' are would run the
  * kernel while they wait for its flags, with no deadline (a stream wait has
  * none; PLAIT_COLL_TIMEOUT does not reach it). That is NCCL's rule for
- * symmetric memory too. */
+ * symmetric memory too.
+ *
+ * Single copy (kernel.h). Each registration also takes the lowest free index
+ * of PLAIT_KMAX_WINDOWS (registration and deregistration are collective, so
+ * every rank picks the same) and writes row [index][rank] of the
+ * communicator's device table: each rank's window base and size as this
+ * rank's kernels address it, for the ranks whose kernels load this device's
+ * memory and whose memory this device's kernels load (plait_cuda_peer_loadable,
+ * symmetric), else 0. The kernel's sender publishes {index, offset, length}
+ * for bytes in its windows; the receiver finds their address in its own row.
+ * The row is written (a synchronous copy) before the registration's last
+ * exchange, so a rank that has returned from it knows every rank's row is in
+ * place; a launch uses only the windows registered when it was issued
+ * (kargs.win_mask). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -58,6 +71,7 @@
 #include "../log.h"
 #include "cu.h"
 #include "cuda.h"
+#include "kernel.h"
 
 #define CE_LINE 64
 #define PLAIT_WINDOW_MAGIC 0x706c61697477696eull
@@ -71,6 +85,7 @@ struct plait_window {
     size_t size;
     plait_cudevptr *peer_base; /* [nranks]: each rank's buffer in this process's address space, 0 if not mapped */
     plait_cudevptr *ipc_map;  /* [nranks]: what cuIpcOpenMemHandle returned (to close), 0 if none */
+    int sc_slot;              /* its index in the single-copy table, -1: none */
     struct plait_window *next;
 };
 
@@ -83,6 +98,8 @@ struct plait_cuda_ce {
     plait_cudevptr *peer_flags; /* [nranks]: each rank's flag block here */
     plait_cudevptr *flags_map;  /* [nranks]: IPC mappings of peers' flag blocks (to close) */
     struct plait_window *wins;
+    plait_cudevptr sc_table;  /* struct plait_dev_win[PLAIT_KMAX_WINDOWS][nranks], device memory; 0: none yet */
+    uint32_t sc_mask;         /* indices of the registered windows (bit i: index i) */
 };
 
 /* What each rank tells the others at registration. */
@@ -319,6 +336,67 @@ static plait_result_t open_peers(struct plait_comm *comm, struct plait_cuda_ce *
     return PLAIT_SUCCESS;
 }
 
+/* Writes row `slot` of the single-copy table (zeros when w is NULL). */
+static plait_result_t sc_write_row(struct plait_comm *comm, struct plait_cuda_ce *ce, int slot,
+                                   const struct plait_window *w, const struct win_info *all)
+{
+    const int n = comm->nranks;
+    struct plait_dev_win *row = calloc((size_t)n, sizeof(*row));
+    if (!row)
+        return plait_error(PLAIT_ERR_SYSTEM, "memory window single-copy table: out of memory");
+    for (int p = 0; w && p < n; p++)
+        if (w->peer_base[p] && plait_cuda_peer_loadable(comm, p)) {
+            row[p].base = w->peer_base[p];
+            row[p].size = all[p].size;
+        }
+    const size_t rb = sizeof(*row) * (size_t)n;
+    int r = ce->cu->MemcpyHtoD(ce->sc_table + (plait_cudevptr)slot * rb, row, rb);
+    free(row);
+    return r ? plait_cu_error(r, "memory window single-copy table", "cuMemcpyHtoD") : PLAIT_SUCCESS;
+}
+
+/* Gives window w the lowest free single-copy index and writes its row
+ * (none beyond PLAIT_KMAX_WINDOWS, or without device state). */
+static plait_result_t sc_map(struct plait_comm *comm, struct plait_cuda_ce *ce, struct plait_window *w,
+                             const struct win_info *all)
+{
+    const struct plait_cu *cu = ce->cu;
+    w->sc_slot = -1;
+    if (!comm->cuda || ce->sc_mask == UINT32_MAX)
+        return PLAIT_SUCCESS;
+    if (!ce->sc_table) {
+        const size_t bytes = sizeof(struct plait_dev_win) * PLAIT_KMAX_WINDOWS * (size_t)comm->nranks;
+        void *zero = calloc(1, bytes);
+        int r = zero ? cu->MemAlloc(&ce->sc_table, bytes) : 0;
+        if (zero && !r && (r = cu->MemcpyHtoD(ce->sc_table, zero, bytes)) != 0) {
+            cu->MemFree(ce->sc_table);
+            ce->sc_table = 0;
+        } else if (r) {
+            ce->sc_table = 0;
+        }
+        free(zero);
+        if (!zero)
+            return plait_error(PLAIT_ERR_SYSTEM, "memory window single-copy table: out of memory");
+        if (r)
+            return plait_cu_error(r, "memory window single-copy table", "cuMemAlloc/cuMemcpyHtoD");
+    }
+    int slot = 0;
+    while (ce->sc_mask & (1u << slot))
+        slot++;
+    plait_result_t st = sc_write_row(comm, ce, slot, w, all);
+    if (!st)
+        w->sc_slot = slot;
+    return st;
+}
+
+void plait_cuda_ce_sc_table(const struct plait_comm *comm, const struct plait_dev_win **table_out,
+                            uint32_t *mask_out)
+{
+    const struct plait_cuda_ce *ce = comm->cuda_ce;
+    *table_out = ce ? (const struct plait_dev_win *)(uintptr_t)ce->sc_table : NULL;
+    *mask_out = ce && ce->sc_table ? ce->sc_mask : 0;
+}
+
 plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t size, int flags,
                                           plait_window_t *win_out)
 {
@@ -345,6 +423,7 @@ plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t 
     plait_cudevptr *pf = first ? calloc((size_t)n, sizeof(*pf)) : NULL;
     plait_cudevptr *fm = first ? calloc((size_t)n, sizeof(*fm)) : NULL;
     if (w) {
+        w->sc_slot = -1;
         w->peer_base = calloc((size_t)n, sizeof(*w->peer_base));
         w->ipc_map = calloc((size_t)n, sizeof(*w->ipc_map));
     }
@@ -378,6 +457,8 @@ plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t 
         ce->mode = all[comm->rank].mode;
     }
     status = open_peers(comm, ce, w, all, first);
+    if (!status)
+        status = sc_map(comm, ce, w, all);
     /* Every rank learns whether every other could open what it sent. */
     memset(mine, 0, sizeof(*mine));
     mine->status = status;
@@ -388,6 +469,8 @@ plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t 
         status = ag ? ag : agree(comm, all, fn);
     if (status)
         goto err_free;
+    if (w->sc_slot >= 0)
+        ce->sc_mask |= 1u << w->sc_slot;
     w->magic = PLAIT_WINDOW_MAGIC;
     w->comm = comm;
     w->base = buff;
@@ -429,6 +512,14 @@ plait_result_t plait_comm_window_deregister(plait_comm_t comm, plait_window_t wi
     /* Collective, as NCCL's: no rank returns (and frees its buffer) before
      * every rank has stopped using the window. */
     plait_result_t status = plait_bootstrap_barrier(comm->bs);
+    if (win->sc_slot >= 0) {
+        /* Launches issued from now on no longer name it; the row goes too
+         * (a later registration reuses the index). */
+        ce->sc_mask &= ~(1u << win->sc_slot);
+        plait_result_t s2 = sc_write_row(comm, ce, win->sc_slot, NULL, NULL);
+        if (!status)
+            status = s2;
+    }
     window_free(win, ce->cu, comm->nranks);
     return status;
 }
@@ -444,6 +535,8 @@ void plait_cuda_ce_free(struct plait_comm *comm)
         window_free(w, ce->cu, comm->nranks);
     }
     ce_close_flags(ce, comm->nranks);
+    if (ce->sc_table)
+        ce->cu->MemFree(ce->sc_table);
     comm->cuda_ce = NULL;
     free(ce);
 }

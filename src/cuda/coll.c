@@ -31,6 +31,10 @@
 /* cuLaunchKernel's classic limit on a kernel's parameters (32764 bytes needs
  * CUDA 12.1 and Volta or newer): struct plait_kargs goes by value. */
 _Static_assert(sizeof(struct plait_kargs) <= 4096, "struct plait_kargs exceeds the 4 KiB kernel parameter limit");
+_Static_assert(PLAIT_DEV_SLOT_DESC == PLAIT_SLOT_DESC, "the kernel's descriptor flag is the FIFO protocol's");
+/* lanes_done's 64 bytes: [0] the lane count, [4] and [5] the single-copy
+ * counts (kargs.sc_counts). */
+#define LANES_SC_COUNTS 4
 #define PLAN_BUCKETS 256
 #define CTL_STATUS_OFF 0   /* uint64_t status[4] */
 #define CTL_ABORT_OFF 64   /* uint32_t abort word, on its own line */
@@ -86,6 +90,8 @@ struct plait_cuda_comm {
     int ce_env;               /* PLAIT_CE_COLL=1 */
     int ll_ok;                /* no rank has proxied connections: the kernel may run LL */
     int has_proxy;            /* this rank has proxied connections */
+    uint64_t sc_min_bytes;    /* PLAIT_CUDA_SC_MIN_BYTES (0: no single copy) */
+    uint8_t *peer_load;       /* per peer: its kernels and ours load each other's device memory (PAIR_DEVICE) */
     int p2p_cap_logged;
 
     /* FIFO memory: one device segment and one pinned segment (pairs in this
@@ -283,11 +289,12 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
     plait_cudevptr *table = calloc((size_t)n * ncls, sizeof(*table));
     cc->peer_seg = calloc((size_t)n, sizeof(*cc->peer_seg));
     cc->peer_ipc = calloc((size_t)n, 1);
+    cc->peer_load = calloc((size_t)n, 1);
     cc->conn_proxied = calloc((size_t)n * ncls, 1);
     cc->nlane_ids = comm->nchannels + 2 * n;
     cc->lane_seen = calloc((size_t)cc->nlane_ids, 1);
-    if (!access || !segs || !hconns || !table || !cc->peer_seg || !cc->peer_ipc || !cc->conn_proxied ||
-        !cc->lane_seen) {
+    if (!access || !segs || !hconns || !table || !cc->peer_seg || !cc->peer_ipc || !cc->peer_load ||
+        !cc->conn_proxied || !cc->lane_seen) {
         status = plait_error(PLAIT_ERR_SYSTEM, "CUDA setup on rank %d: out of memory", me);
         goto out;
     }
@@ -312,6 +319,10 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
     }
     if ((status = plait_bootstrap_allgather(comm->bs, access, (size_t)n)))
         goto out;
+    /* Single copy reads a peer's window with the kernel's own loads: only
+     * where both directions are device memory (the same for both ends). */
+    for (int p = 0; p < n; p++)
+        cc->peer_load[p] = pair_kind(comm, access, me, p) == PAIR_DEVICE;
 
     /* Segments. */
     const size_t rb = region_bytes(comm);
@@ -569,6 +580,33 @@ static void coresident_cap(const struct plait_comm *comm, struct plait_cuda_comm
         cc->cta_cap = cap;
 }
 
+/* PLAIT_CUDA_SC_MIN_BYTES: bytes, K/M/G suffixes, unset 64 KiB, 0 off. Each
+ * rank may have its own (a receiver reads whatever arrives), so a bad value
+ * turns single copy off on this rank with a WARN instead of failing its init
+ * alone while the others wait for it in the setup's exchanges. */
+static uint64_t sc_min_bytes(int rank)
+{
+    const char *v = plait_env_get("PLAIT_CUDA_SC_MIN_BYTES");
+    if (!v || !*v)
+        return 64 * 1024;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (end != v && (*end == 'K' || *end == 'k'))
+        shift = 10;
+    else if (end != v && (*end == 'M' || *end == 'm'))
+        shift = 20;
+    else if (end != v && (*end == 'G' || *end == 'g'))
+        shift = 30;
+    if (end == v || *v == '-' || (shift ? end[1] != '\0' : *end != '\0') || x > (1ull << 40) >> shift) {
+        PLAIT_WARN(PLAIT_SUBSYS_INIT,
+                   "CUDA on rank %d: PLAIT_CUDA_SC_MIN_BYTES=\"%s\" is not a size in bytes (K/M/G suffixes, at most "
+                   "1T; 0 = off): single copy is off on this rank", rank, v);
+        return 0;
+    }
+    return (uint64_t)x << shift;
+}
+
 plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
 {
     const int n = comm->nranks, me = comm->rank;
@@ -636,6 +674,7 @@ plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
     coresident_cap(comm, cc, cards);
     const char *ce = plait_env_get("PLAIT_CE_COLL");
     cc->ce_env = ce && strcmp(ce, "1") == 0;
+    cc->sc_min_bytes = sc_min_bytes(me);
     cc->plan_arena.with_host = 1;
     comm->cuda = cc; /* freed by plait_cuda_comm_free, also after a failure here */
     if ((status = setup_gpu(comm, cc, cards)))
@@ -785,6 +824,7 @@ void plait_cuda_comm_free(struct plait_comm *comm)
     }
     free(cc->peer_seg);
     free(cc->peer_ipc);
+    free(cc->peer_load);
     free(cc->conn_proxied);
     free(cc->lane_seen);
     free(cc->key);
@@ -813,6 +853,9 @@ static const char *kerr_text(uint64_t k)
         return "a step names a peer with no connection on its channel (a generator/peer-set mismatch)";
     case PLAIT_KERR_PLAN:
         return "the launch plan is corrupt (bad magic)";
+    case PLAIT_KERR_DESC:
+        return "a single-copy descriptor names a memory window or range this rank has not mapped (windows "
+               "registered differently on the ranks?)";
     default:
         return "unknown kernel error";
     }
@@ -1238,6 +1281,9 @@ static plait_result_t launch_one(struct plait_comm *comm, struct plait_cuda_comm
     ka->status = (uint64_t *)(uintptr_t)(cc->ctl_dev + CTL_STATUS_OFF);
     ka->timeout_ns = comm->set.coll_timeout_s > 0 ? (uint64_t)(comm->set.coll_timeout_s * 1e9) : 0;
     ka->lanes_done = (uint32_t *)(uintptr_t)cc->lanes_done;
+    ka->sc_counts = ka->lanes_done + LANES_SC_COUNTS;
+    ka->sc_min_bytes = cc->sc_min_bytes;
+    plait_cuda_ce_sc_table(comm, &ka->wins, &ka->win_mask);
     for (int i = 0; i < nops; i++) {
         const struct plait_op *op = ops[i];
         struct plait_dev_op *d = &ka->ops[i];
@@ -1252,6 +1298,13 @@ static plait_result_t launch_one(struct plait_comm *comm, struct plait_cuda_comm
         d->scalar_f = op->red.scalar_f;
         d->scalar_i = op->red.scalar_i;
         d->piece_max = plait_piece_max(comm->set.slot_bytes, op->esize, op->dev_proto);
+        /* A lone send keeps the FIFO's buffering (as exec.c's sc_wants): a
+         * descriptor would make it wait for its receiver. */
+        d->sc = op_is_p2p(op) && !op->grouped ? 0u : PLAIT_DEV_SC_SEND;
+        if (plait_reduce_is_copy(&op->red, PLAIT_STEP_PRE))
+            d->sc |= PLAIT_DEV_SC_PLAIN_PRE;
+        if (plait_reduce_is_copy(&op->red, PLAIT_STEP_POST))
+            d->sc |= PLAIT_DEV_SC_PLAIN_POST;
     }
     void *params[1] = {ka};
     if ((r = cu->LaunchKernel(cc->fn, pl->nlanes ? pl->nlanes : 1, 1, 1, PLAIT_KERNEL_THREADS, 1, 1, 0, stream, params,
@@ -1409,4 +1462,30 @@ plait_result_t plait_cuda_launch(struct plait_op *ops)
     }
     plait_op_free_list(ops);
     return status;
+}
+
+int plait_cuda_peer_loadable(const struct plait_comm *comm, int peer)
+{
+    const struct plait_cuda_comm *cc = comm->cuda;
+    return cc && cc->peer_load && peer >= 0 && peer < comm->nranks && cc->peer_load[peer];
+}
+
+plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out, uint64_t *received_out)
+{
+    struct plait_cuda_comm *cc = comm->cuda;
+    if (!cc || !cc->lanes_done)
+        return plait_error(PLAIT_ERR_INVALID_USAGE, "plait_cuda_sc_counts: rank %d has no device state", comm->rank);
+    uint32_t w[2];
+    void *prev = NULL;
+    cc->cu->CtxGetCurrent(&prev);
+    if (prev != cc->ctx)
+        cc->cu->CtxSetCurrent(cc->ctx);
+    int r = cc->cu->MemcpyDtoH(w, cc->lanes_done + LANES_SC_COUNTS * sizeof(uint32_t), sizeof(w));
+    if (prev != cc->ctx)
+        cc->cu->CtxSetCurrent(prev);
+    if (r)
+        return cu_fail(r, "plait_cuda_sc_counts", "cuMemcpyDtoH");
+    *sent_out = w[0];
+    *received_out = w[1];
+    return PLAIT_SUCCESS;
 }

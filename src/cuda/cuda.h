@@ -65,6 +65,18 @@ int plait_cuda_cta_cap(const struct plait_comm *comm);
  * communicator has a proxied (socket) connection. Agreed at init. */
 int plait_cuda_ll_ok(const struct plait_comm *comm);
 
+/* 1 when the kernels of this rank and of `peer` can load each other's device
+ * memory (same device, peer access, or IPC between processes of one host:
+ * the FIFOs are device memory both ways). The same answer on both ranks;
+ * 0 without device state. ce.c maps windows for single copy only then. */
+int plait_cuda_peer_loadable(const struct plait_comm *comm, int peer);
+
+/* Tests (internal): the single-copy descriptors this rank's kernels have
+ * published (*sent_out) and received (*received_out) on this communicator
+ * since init. A synchronous device read: wait for the kernels first.
+ * PLAIT_ERR_INVALID_USAGE without device state. */
+plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out, uint64_t *received_out);
+
 /* ---------------------------------------------------------------- proxy.c
  * Connections whose peer is reached over the socket transport: the kernel
  * reads and writes FIFOs in pinned host memory mapped into the device (their
@@ -129,6 +141,13 @@ int plait_cuda_proxy_captured(struct plait_comm *comm);
  * (*err then says whether issuing succeeded), 0 when the kernel path must run
  * it (*err = PLAIT_SUCCESS). No host synchronisation, no allocation. */
 int plait_cuda_ce_try(struct plait_op *op, void *stream, plait_result_t *err);
+
+/* The single-copy window table for a launch (kernel.h: kargs.wins, win_mask):
+ * the device address of the [PLAIT_KMAX_WINDOWS][nranks] table (NULL when no
+ * window was registered) and the windows registered now. Hot path: two loads. */
+struct plait_dev_win;
+void plait_cuda_ce_sc_table(const struct plait_comm *comm, const struct plait_dev_win **table_out,
+                            uint32_t *mask_out);
 
 /* Frees the windows the user left registered and the copy-engine flags (after
  * the communicator's device work is done, or after an abort). coll.c's

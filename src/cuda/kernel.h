@@ -97,6 +97,38 @@ struct plait_dev_op {
     double scalar_f;      /* as struct plait_red */
     uint64_t scalar_i;
     uint64_t piece_max;   /* elements per piece (plait_piece_max) */
+    uint32_t sc;          /* PLAIT_DEV_SC_*: whether and when its sends may go as single-copy descriptors */
+};
+
+/* ---------------------------------------------------------------- single copy
+ * A step whose sent bytes are the sender's own unchanged buffer bytes (a SEND
+ * whose PRE/POST change nothing for the op, the send half of SENDRECV and
+ * SENDRECV_REDUCE), that lie inside one of the sender's memory windows and
+ * that are at least kargs.sc_min_bytes long, goes as ONE slot whose size word
+ * is PLAIT_DEV_SLOT_DESC | sizeof(struct plait_dev_desc): {window, offset,
+ * length}. The receiver reads the bytes from its own mapping of the sender's
+ * window (kargs.wins) for every piece of its step and releases the slot after
+ * the last one; the sender keeps the descriptor pending (kernel_body.h) and
+ * writes none of those bytes, nor ends its task, until then. */
+#define PLAIT_DEV_SC_SEND 1u       /* the op may publish descriptors (off for a lone, ungrouped send) */
+#define PLAIT_DEV_SC_PLAIN_PRE 2u  /* PLAIT_STEP_PRE leaves the bytes unchanged for this op */
+#define PLAIT_DEV_SC_PLAIN_POST 4u /* PLAIT_STEP_POST leaves the bytes unchanged for this op */
+#define PLAIT_DEV_SLOT_DESC 0x80000000u /* == transports/transport.h's PLAIT_SLOT_DESC (coll.c checks) */
+#define PLAIT_KMAX_WINDOWS 32      /* windows with a single-copy table entry (later ones: no single copy) */
+
+/* What a descriptor slot holds. Windows are registered collectively, so a
+ * window's index is the same on every rank. */
+struct plait_dev_desc {
+    uint64_t win;         /* window index, < PLAIT_KMAX_WINDOWS */
+    uint64_t off;         /* byte offset of the bytes in the sender's window */
+    uint64_t len;         /* bytes */
+};
+
+/* One rank's window as this rank's device addresses it (base 0: not
+ * mapped, or not loadable by this device's kernels). */
+struct plait_dev_win {
+    uint64_t base;
+    uint64_t size;
 };
 
 /* Kernel errors, written once (first wins) to kargs.status[1]. */
@@ -107,6 +139,7 @@ enum plait_kerr {
     PLAIT_KERR_SIZE = 3,      /* a slot held another size than expected: mismatched calls */
     PLAIT_KERR_NOCONN = 4,    /* a step names a peer with no connection on its class */
     PLAIT_KERR_PLAN = 5,      /* bad plan magic */
+    PLAIT_KERR_DESC = 6,      /* a single-copy descriptor names a window or range this rank has not mapped */
 };
 
 struct plait_kargs {
@@ -124,6 +157,16 @@ struct plait_kargs {
     uint64_t *status;
     uint64_t timeout_ns;  /* 0: none */
     uint32_t *lanes_done; /* device counter for "last CTA" detection, reset by the last CTA */
+    /* Single copy: wins[w * nranks + r] is rank r's window w here (device
+     * memory, written by ce.c at registration); win_mask the windows
+     * registered when the launch was issued (bit w); sc_min_bytes the
+     * smallest step sent as a descriptor (0: none); sc_counts[0] counts the
+     * descriptors this rank published, [1] those it received (tests). */
+    const struct plait_dev_win *wins;
+    uint32_t win_mask;
+    uint32_t pad0;
+    uint64_t sc_min_bytes;
+    uint32_t *sc_counts;
     struct plait_dev_op ops[PLAIT_KMAX_OPS];
 };
 

@@ -65,9 +65,24 @@
  * in status[1..3]): leave without recording anything. */
 #define PLAIT_KB_LEAVE (-1)
 
+/* Descriptors a CTA may have published and not yet seen released. */
+#define PLAIT_KB_SC_PENDING 8
+
+/* A descriptor this CTA published: [addr, addr + len) of its own buffers,
+ * readable by the peer until conn's tx head passes seq. */
+struct plait_kb_pend {
+    struct plait_dev_conn *conn;
+    uint64_t seq;
+    const char *addr;
+    uint64_t len;
+};
+
 /* The CTA's shared state (GPU: __shared__). wait_err and the slot addresses
  * are written by the leader in phase A and read between the SYNCs; ll_err is
- * written by any thread in phase B and read after the second SYNC. */
+ * written by any thread in phase B and read after the second SYNC. The
+ * single-copy state (sdesc at a step's start, rx_desc in phase A, the
+ * pending list) is the leader's: the others read sdesc and rx_desc between
+ * SYNCs like the rest. */
 struct plait_kb_shared {
     int32_t wait_err;     /* 0, an enum plait_kerr, or PLAIT_KB_LEAVE */
     int32_t ll_err;
@@ -77,6 +92,14 @@ struct plait_kb_shared {
     const char *in;       /* the receive slot (Simple) or LL slot */
     uint64_t sseq;        /* the pieces' sequence numbers (LL flags) */
     uint64_t rseq;
+    int32_t sdesc;        /* this step's send (half) goes as one descriptor: window sdesc_win, offset sdesc_off */
+    int32_t rx_desc;      /* this step's receive reads the sender's window: element rx_base is at rx_src */
+    int32_t npend;
+    uint32_t sdesc_win;
+    uint64_t sdesc_off;
+    const char *rx_src;
+    uint64_t rx_base;
+    struct plait_kb_pend pend[PLAIT_KB_SC_PENDING];
 };
 
 /* What a CTA works on. */
@@ -150,64 +173,6 @@ PLAIT_KB_FN char *plait_kb_buf(const struct plait_dev_op *op, int which, uint64_
     return op->buf[which < 0 || which > 2 ? 0 : which] + off * op->esize;
 }
 
-/* ---------------------------------------------------------------- phase A
- * The leader's wait for a piece: a filled slot from rc (need_r), a credit
- * on sc (need_s). With `any` (SENDRECV), it returns as soon as one of the
- * needed ones is there and says which in sh->go_*; otherwise it waits for
- * all. Fills sh->in / sh->out with the slots' addresses. */
-PLAIT_KB_FN int plait_kb_wait(const struct plait_kb_ctx *c, struct plait_dev_conn *rc, uint64_t rbytes,
-                              struct plait_dev_conn *sc, int any)
-{
-    struct plait_kb_shared *sh = c->sh;
-    int has_r = rc == 0, has_s = sc == 0;
-    uint64_t start = 0;
-    uint32_t spins = 0;
-    for (;;) {
-        if (!has_r) {
-            const uint64_t seq = rc->rx_consumed;
-            const uint32_t slot = plait_fifo_slot(seq, rc->nslots);
-            sh->rseq = seq;
-            if (c->is_ll) {
-                /* Line 0's flags: the sender is writing this piece, and will
-                 * finish it without waiting on anything (it took its credit
-                 * first), so phase B's per-line polls end soon. */
-                const char *ll = rc->rx.ll + (uint64_t)slot * rc->slot_bytes;
-                uint64_t v;
-                if (plait_kb_ll_load(ll, rbytes > 4, plait_ll_flag(seq), &v)) {
-                    sh->in = ll;
-                    has_r = 1;
-                }
-            } else if (plait_fifo_can_recv(plait_ld_acquire(rc->rx.tail, rc->scope), seq)) {
-                const uint32_t got = *(const volatile uint32_t *)&rc->rx.sizes[slot];
-                if (got != rbytes)
-                    return plait_kb_fail(c, PLAIT_KERR_SIZE, rc->peer);
-                sh->in = rc->rx.slots + (uint64_t)slot * rc->slot_bytes;
-                has_r = 1;
-            }
-        }
-        if (!has_s) {
-            const uint64_t seq = sc->tx_posted;
-            sh->sseq = seq;
-            if (plait_fifo_can_send(seq, plait_ld_acquire(sc->tx.head, sc->scope), sc->nslots)) {
-                const uint32_t slot = plait_fifo_slot(seq, sc->nslots);
-                sh->out = (c->is_ll ? sc->tx.ll : sc->tx.slots) + (uint64_t)slot * sc->slot_bytes;
-                has_s = 1;
-            }
-        }
-        if (any ? (rc && has_r) || (sc && has_s) : has_r && has_s) {
-            sh->go_recv = rc && has_r;
-            sh->go_send = sc && has_s;
-            return 0;
-        }
-        if (++spins % PLAIT_KB_CHECK_EVERY == 0) {
-            const int err = plait_kb_wait_check(c, &start);
-            if (err)
-                return plait_kb_fail(c, err, !has_r ? rc->peer : sc->peer);
-        }
-        plait_kb_pause(spins);
-    }
-}
-
 /* ---------------------------------------------------------------- phase C */
 
 /* The leader hands a filled slot to the receiver: its size, then the tail. */
@@ -229,6 +194,243 @@ PLAIT_KB_FN void plait_kb_release(const struct plait_kb_ctx *c, struct plait_dev
     const uint64_t seq = rc->rx_consumed + 1;
     plait_st_release(rc->rx.head, seq, rc->scope);
     rc->rx_consumed = seq;
+}
+
+/* ---------------------------------------------------------------- single copy
+ * (kernel.h). The same rules as the CPU executor's (src/exec.c, sc_*): the
+ * sender publishes one descriptor for a whole step's send and keeps it
+ * pending until the receiver's release of that slot (its tx head passing the
+ * slot's sequence number, acquired: the reads are complete); before anything
+ * of the CTA writes bytes overlapping a pending range (in place), the leader
+ * waits for its release; a task ends only when none is pending; a full
+ * pending list means: send data slots instead. Leader only. */
+
+/* Whether a SEND step's flags leave the op's bytes unchanged. */
+PLAIT_KB_FN int plait_kb_sc_plain(const struct plait_dev_op *op, unsigned flags)
+{
+    if ((flags & PLAIT_STEP_PRE) && !(op->sc & PLAIT_DEV_SC_PLAIN_PRE))
+        return 0;
+    if ((flags & PLAIT_STEP_POST) && !(op->sc & PLAIT_DEV_SC_PLAIN_POST))
+        return 0;
+    return 1;
+}
+
+/* Drops the pending descriptors whose slots were released; how many are left. */
+PLAIT_KB_FN int plait_kb_sc_prune(const struct plait_kb_ctx *c)
+{
+    struct plait_kb_shared *sh = c->sh;
+    int k = 0;
+    for (int i = 0; i < sh->npend; i++) {
+        const struct plait_dev_conn *conn = sh->pend[i].conn;
+        if (plait_ld_acquire(conn->tx.head, conn->scope) <= sh->pend[i].seq)
+            sh->pend[k++] = sh->pend[i];
+    }
+    sh->npend = k;
+    return k;
+}
+
+/* 1 when [p, p + len) overlaps a pending descriptor (p NULL: when any is pending). */
+PLAIT_KB_FN int plait_kb_sc_busy(const struct plait_kb_ctx *c, const char *p, uint64_t len)
+{
+    const struct plait_kb_shared *sh = c->sh;
+    if (sh->npend == 0 || plait_kb_sc_prune(c) == 0)
+        return 0;
+    if (!p)
+        return 1;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    for (int i = 0; i < sh->npend; i++) {
+        const uintptr_t a = (uintptr_t)sh->pend[i].addr;
+        if (lo < a + sh->pend[i].len && a < hi)
+            return 1;
+    }
+    return 0;
+}
+
+/* Waits until no pending descriptor overlaps [p, p + len) (p NULL: none is
+ * pending), with the checks of every wait. 0 or an error (recorded). */
+PLAIT_KB_FN int plait_kb_sc_wait_free(const struct plait_kb_ctx *c, const char *p, uint64_t len)
+{
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    while (plait_kb_sc_busy(c, p, len)) {
+        if (++spins % PLAIT_KB_CHECK_EVERY == 0) {
+            const int err = plait_kb_wait_check(c, &start);
+            if (err)
+                return plait_kb_fail(c, err, c->sh->pend[0].conn->peer);
+        }
+        plait_kb_pause(spins);
+    }
+    return 0;
+}
+
+/* At the start of a step's send: whether its `bytes` at src go to sc as one
+ * descriptor (then sh->sdesc_win and sdesc_off say where they are). They
+ * must lie in one of this rank's windows registered when the launch was
+ * issued, that window must be mapped by the peer (ce.c maps it for peers
+ * whose kernels can load this device's memory: the entry is symmetric), and
+ * the pending list must have room. */
+PLAIT_KB_FN int plait_kb_sc_wants(const struct plait_kb_ctx *c, const struct plait_dev_conn *sc, const char *src,
+                                  uint64_t bytes)
+{
+    const struct plait_kargs *a = c->args;
+    struct plait_kb_shared *sh = c->sh;
+    if (c->is_ll || a->sc_min_bytes == 0 || bytes < a->sc_min_bytes || !a->wins || !a->win_mask ||
+        !(c->op->sc & PLAIT_DEV_SC_SEND) || a->rank < 0 || a->rank >= a->nranks)
+        return 0;
+    if (sh->npend >= PLAIT_KB_SC_PENDING && plait_kb_sc_prune(c) >= PLAIT_KB_SC_PENDING)
+        return 0;
+    const uint64_t n = (uint64_t)a->nranks, s = (uintptr_t)src;
+    for (uint32_t w = 0; w < PLAIT_KMAX_WINDOWS; w++) {
+        if (!((a->win_mask >> w) & 1u))
+            continue;
+        const struct plait_dev_win own = a->wins[w * n + (uint64_t)a->rank];
+        if (!own.base || s < own.base || bytes > own.size || s - own.base > own.size - bytes)
+            continue;
+        if (!a->wins[w * n + (uint64_t)sc->peer].base)
+            return 0;
+        sh->sdesc_win = w;
+        sh->sdesc_off = s - own.base;
+        return 1;
+    }
+    return 0;
+}
+
+/* Phase C of a descriptor send: the descriptor in the credit slot sh->out,
+ * published like data (its stores ordered before the tail by the publish's
+ * fence), and kept pending. */
+PLAIT_KB_FN void plait_kb_sc_publish(const struct plait_kb_ctx *c, struct plait_dev_conn *sc, const char *src,
+                                     uint64_t bytes)
+{
+    struct plait_kb_shared *sh = c->sh;
+    volatile uint64_t *d = (volatile uint64_t *)(void *)sh->out;
+    d[0] = sh->sdesc_win;
+    d[1] = sh->sdesc_off;
+    d[2] = bytes;
+    struct plait_kb_pend *p = &sh->pend[sh->npend++];
+    p->conn = sc;
+    p->seq = sc->tx_posted;
+    p->addr = src;
+    p->len = bytes;
+    plait_kb_publish(c, sc, PLAIT_DEV_SLOT_DESC | (uint32_t)sizeof(struct plait_dev_desc));
+    if (c->args->sc_counts)
+        plait_kb_add32(&c->args->sc_counts[0], 1);
+}
+
+/* Phase A, a receive slot whose size word is `got` with PLAIT_DEV_SLOT_DESC:
+ * checks the descriptor in `slot` against this rank's table and the `rleft`
+ * bytes the step still expects, and reads the step's rest from the sender's
+ * window from element rdone on. 0 or an enum plait_kerr. */
+PLAIT_KB_FN int plait_kb_sc_take(const struct plait_kb_ctx *c, const struct plait_dev_conn *rc, const char *slot,
+                                 uint32_t got, uint64_t rdone, uint64_t rleft)
+{
+    const struct plait_kargs *a = c->args;
+    struct plait_kb_shared *sh = c->sh;
+    if ((got & ~PLAIT_DEV_SLOT_DESC) != (uint32_t)sizeof(struct plait_dev_desc))
+        return PLAIT_KERR_DESC;
+    const volatile uint64_t *d = (const volatile uint64_t *)(const void *)slot;
+    const uint64_t w = d[0], off = d[1], len = d[2];
+    if (len != rleft)
+        return PLAIT_KERR_SIZE;
+    if (!a->wins || w >= PLAIT_KMAX_WINDOWS)
+        return PLAIT_KERR_DESC;
+    const struct plait_dev_win e = a->wins[w * (uint64_t)a->nranks + (uint64_t)rc->peer];
+    if (!e.base || off > e.size || len > e.size - off)
+        return PLAIT_KERR_DESC;
+    sh->rx_desc = 1;
+    sh->rx_src = (const char *)(uintptr_t)(e.base + off);
+    sh->rx_base = rdone;
+    return 0;
+}
+
+/* Phase C after the last piece read from a descriptor: its slot goes back. */
+PLAIT_KB_FN void plait_kb_sc_done(const struct plait_kb_ctx *c, struct plait_dev_conn *rc)
+{
+    c->sh->rx_desc = 0;
+    plait_kb_release(c, rc);
+    if (c->args->sc_counts)
+        plait_kb_add32(&c->args->sc_counts[1], 1);
+}
+
+/* ---------------------------------------------------------------- phase A
+ * The leader's wait for a piece: a filled slot from rc (need_r), a credit
+ * on sc (need_s). With `any` (SENDRECV), it returns as soon as one of the
+ * needed ones is there and says which in sh->go_*; otherwise it waits for
+ * all. Fills sh->in / sh->out with the slots' addresses.
+ *
+ * Single copy: the receive is element rdone of its step, which still expects
+ * rleft bytes; a slot holding a descriptor is taken for the step's rest
+ * (sh->rx_desc), and while one is taken sh->in points into the sender's
+ * window without any wait. The piece writes [wdst, wdst + wbytes) of this
+ * rank's buffers (wdst NULL: nothing): it waits until no pending descriptor
+ * of this CTA overlaps that (with `any`, only the receive half waits). */
+PLAIT_KB_FN int plait_kb_wait(const struct plait_kb_ctx *c, struct plait_dev_conn *rc, uint64_t rbytes,
+                              uint64_t rdone, uint64_t rleft, struct plait_dev_conn *sc, int any, const char *wdst,
+                              uint64_t wbytes)
+{
+    struct plait_kb_shared *sh = c->sh;
+    int has_r = rc == 0, has_s = sc == 0, wr_ok = 1;
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    for (;;) {
+        if (!has_r && sh->rx_desc) {
+            sh->in = sh->rx_src + (rdone - sh->rx_base) * c->op->esize;
+            has_r = 1;
+        }
+        if (!has_r) {
+            const uint64_t seq = rc->rx_consumed;
+            const uint32_t slot = plait_fifo_slot(seq, rc->nslots);
+            sh->rseq = seq;
+            if (c->is_ll) {
+                /* Line 0's flags: the sender is writing this piece, and will
+                 * finish it without waiting on anything (it took its credit
+                 * first), so phase B's per-line polls end soon. */
+                const char *ll = rc->rx.ll + (uint64_t)slot * rc->slot_bytes;
+                uint64_t v;
+                if (plait_kb_ll_load(ll, rbytes > 4, plait_ll_flag(seq), &v)) {
+                    sh->in = ll;
+                    has_r = 1;
+                }
+            } else if (plait_fifo_can_recv(plait_ld_acquire(rc->rx.tail, rc->scope), seq)) {
+                const uint32_t got = *(const volatile uint32_t *)&rc->rx.sizes[slot];
+                sh->in = rc->rx.slots + (uint64_t)slot * rc->slot_bytes;
+                if (got & PLAIT_DEV_SLOT_DESC) {
+                    const int err = plait_kb_sc_take(c, rc, sh->in, got, rdone, rleft);
+                    if (err)
+                        return plait_kb_fail(c, err, rc->peer);
+                    sh->in = sh->rx_src;
+                } else if (got != rbytes) {
+                    return plait_kb_fail(c, PLAIT_KERR_SIZE, rc->peer);
+                }
+                has_r = 1;
+            }
+        }
+        if (wdst)
+            wr_ok = !plait_kb_sc_busy(c, wdst, wbytes);
+        if (!has_s) {
+            const uint64_t seq = sc->tx_posted;
+            sh->sseq = seq;
+            if (plait_fifo_can_send(seq, plait_ld_acquire(sc->tx.head, sc->scope), sc->nslots)) {
+                const uint32_t slot = plait_fifo_slot(seq, sc->nslots);
+                sh->out = (c->is_ll ? sc->tx.ll : sc->tx.slots) + (uint64_t)slot * sc->slot_bytes;
+                has_s = 1;
+            }
+        }
+        if (any ? (rc && has_r && wr_ok) || (sc && has_s) : has_r && has_s && wr_ok) {
+            sh->go_recv = rc && has_r && wr_ok;
+            sh->go_send = sc && has_s;
+            return 0;
+        }
+        if (++spins % PLAIT_KB_CHECK_EVERY == 0) {
+            const int err = plait_kb_wait_check(c, &start);
+            if (err)
+                return plait_kb_fail(c, err,
+                                     !has_r ? rc->peer
+                                     : !has_s ? sc->peer
+                                     : sh->npend ? sh->pend[0].conn->peer
+                                                 : -1);
+        }
+        plait_kb_pause(spins);
+    }
 }
 
 /* ---------------------------------------------------------------- LL data */
@@ -314,13 +516,19 @@ PLAIT_KB_FN void plait_kb_ll_move(const struct plait_kb_ctx *c, unsigned ops, un
 
 /* ---------------------------------------------------------------- steps */
 
-/* A local step (COPY, REDUCE): all threads, no connection. */
-PLAIT_KB_FN void plait_kb_local(const struct plait_kb_ctx *c, const struct plait_step *st)
+/* A local step (COPY, REDUCE): all threads, no connection; it waits first
+ * for the release of any pending descriptor its write overlaps. */
+PLAIT_KB_FN int plait_kb_local(const struct plait_kb_ctx *c, const struct plait_step *st)
 {
     const struct plait_dev_op *op = c->op;
     const char *src = plait_kb_buf(op, st->src_buf, st->src_off);
     char *dst = plait_kb_buf(op, st->dst_buf, st->dst_off);
     if (plait_local_step_writes(st, src == dst)) {
+        if (PLAIT_KB_TID == 0)
+            c->sh->wait_err = plait_kb_sc_wait_free(c, dst, st->count * op->esize);
+        PLAIT_KB_SYNC();
+        if (c->sh->wait_err)
+            return c->sh->wait_err;
         if (st->kind == PLAIT_STEP_REDUCE)
             plait_kb_reduce(op, dst, src, dst, st->count, st->flags);
         else if (st->flags)
@@ -329,6 +537,7 @@ PLAIT_KB_FN void plait_kb_local(const struct plait_kb_ctx *c, const struct plait
             plait_kb_copy(dst, src, st->count * op->esize);
     }
     PLAIT_KB_SYNC();
+    return 0;
 }
 
 /* A step of the kinds with one piece sequence (stepper.h's plait_piece_ops):
@@ -340,23 +549,35 @@ PLAIT_KB_FN int plait_kb_pieces(const struct plait_kb_ctx *c, const struct plait
     struct plait_kb_shared *sh = c->sh;
     const unsigned ops = plait_piece_ops(st->kind);
     const uint64_t es = op->esize;
-    for (uint64_t done = 0; done < st->count;) {
-        const uint64_t n = plait_piece_elems(st->count, done, op->piece_max);
-        const uint64_t bytes = n * es;
+    /* A plain SEND of bytes in a window: the whole step as one descriptor. */
+    int sdesc = 0;
+    if (st->kind == PLAIT_STEP_SEND) {
         if (PLAIT_KB_TID == 0)
-            sh->wait_err = plait_kb_wait(c, rc, bytes, sc, 0);
+            sh->sdesc = plait_kb_sc_plain(op, st->flags) &&
+                        plait_kb_sc_wants(c, sc, plait_kb_buf(op, st->src_buf, st->src_off), st->count * es);
         PLAIT_KB_SYNC();
-        if (sh->wait_err)
-            return sh->wait_err;
+        sdesc = sh->sdesc;
+    }
+    for (uint64_t done = 0; done < st->count;) {
+        const uint64_t n = sdesc ? st->count : plait_piece_elems(st->count, done, op->piece_max);
+        const uint64_t bytes = n * es;
         /* Only the sides the kind uses: a generator may leave the other
          * naming a buffer this rank does not have. */
         const char *src = (ops & PLAIT_PIECE_FROM_SRC) ? plait_kb_buf(op, st->src_buf, plait_piece_src(st, done)) : 0;
         char *dst = (ops & PLAIT_PIECE_TO_DST) ? plait_kb_buf(op, st->dst_buf, plait_piece_dst(st, done)) : 0;
+        if (PLAIT_KB_TID == 0)
+            sh->wait_err = plait_kb_wait(c, rc, bytes, done, (st->count - done) * es, sc, 0, dst, bytes);
+        PLAIT_KB_SYNC();
+        if (sh->wait_err)
+            return sh->wait_err;
         const uint64_t rseq = sh->rseq, sseq = sh->sseq;
+        const int from_desc = rc ? sh->rx_desc : 0;
         const char *in = rc ? sh->in : 0;
         char *out = sc ? sh->out : 0;
         if (c->is_ll) {
             plait_kb_ll_move(c, ops, st->flags, 0, src, dst, in, rseq, rc ? rc->peer : -1, out, sseq, bytes);
+        } else if (sdesc) {
+            /* nothing moves: the receiver reads src where it is */
         } else if (ops & PLAIT_PIECE_REDUCE) {
             plait_kb_reduce(op, (ops & PLAIT_PIECE_TO_DST) ? dst : out, src, in, n, st->flags);
             if ((ops & PLAIT_PIECE_TO_DST) && out) {
@@ -377,10 +598,14 @@ PLAIT_KB_FN int plait_kb_pieces(const struct plait_kb_ctx *c, const struct plait
         if (sh->ll_err)
             return sh->ll_err;
         if (PLAIT_KB_TID == 0) {
-            if (sc)
+            if (sc && sdesc)
+                plait_kb_sc_publish(c, sc, src, bytes);
+            else if (sc)
                 plait_kb_publish(c, sc, bytes);
-            if (rc)
+            if (rc && !from_desc)
                 plait_kb_release(c, rc);
+            else if (rc && done + n >= st->count)
+                plait_kb_sc_done(c, rc);
         }
         done += n;
     }
@@ -399,19 +624,28 @@ PLAIT_KB_FN int plait_kb_sendrecv(const struct plait_kb_ctx *c, const struct pla
     const uint64_t es = op->esize;
     const int reduces = plait_sendrecv_reduces(st->kind);
     const unsigned rflags = st->flags & PLAIT_STEP_POST;
+    /* The send half sends src unchanged: one descriptor when it lies in a window. */
+    if (PLAIT_KB_TID == 0)
+        sh->sdesc = plait_kb_sc_wants(c, sc, plait_kb_buf(op, st->src_buf, st->src_off), st->count * es);
+    PLAIT_KB_SYNC();
+    const int sdesc = sh->sdesc;
     uint64_t sent = 0, recvd = 0;
     while (sent < st->count || recvd < st->count) {
-        const uint64_t ns = sent < st->count ? plait_piece_elems(st->count, sent, op->piece_max) : 0;
+        const uint64_t ns =
+            sent < st->count ? (sdesc ? st->count - sent : plait_piece_elems(st->count, sent, op->piece_max)) : 0;
         const uint64_t nr = recvd < st->count ? plait_piece_elems(st->count, recvd, op->piece_max) : 0;
+        char *rdst = nr ? plait_kb_buf(op, st->dst_buf, st->dst_off + recvd) : 0;
         if (PLAIT_KB_TID == 0)
-            sh->wait_err = plait_kb_wait(c, nr ? rc : 0, nr * es, ns ? sc : 0, 1);
+            sh->wait_err = plait_kb_wait(c, nr ? rc : 0, nr * es, recvd, (st->count - recvd) * es, ns ? sc : 0, 1,
+                                         rdst, nr * es);
         PLAIT_KB_SYNC();
         if (sh->wait_err)
             return sh->wait_err;
         const int go_send = sh->go_send, go_recv = sh->go_recv;
+        const int from_desc = go_recv && sh->rx_desc;
         const uint64_t rseq = sh->rseq, sseq = sh->sseq;
         const char *src = go_send ? plait_kb_buf(op, st->src_buf, st->src_off + sent) : 0;
-        char *dst = go_recv ? plait_kb_buf(op, st->dst_buf, st->dst_off + recvd) : 0;
+        char *dst = go_recv ? rdst : 0;
         if (c->is_ll) {
             if (go_send)
                 plait_kb_ll_move(c, PLAIT_PIECE_SEND | PLAIT_PIECE_FROM_SRC, 0, 0, src, 0, 0, 0, -1, sh->out, sseq,
@@ -420,7 +654,7 @@ PLAIT_KB_FN int plait_kb_sendrecv(const struct plait_kb_ctx *c, const struct pla
                 plait_kb_ll_move(c, PLAIT_PIECE_RECV | PLAIT_PIECE_TO_DST, rflags, reduces, 0, dst, sh->in, rseq,
                                  rc->peer, 0, 0, nr * es);
         } else {
-            if (go_send)
+            if (go_send && !sdesc)
                 plait_kb_copy(sh->out, src, ns * es);
             if (go_recv) {
                 if (reduces)
@@ -433,10 +667,14 @@ PLAIT_KB_FN int plait_kb_sendrecv(const struct plait_kb_ctx *c, const struct pla
         if (sh->ll_err)
             return sh->ll_err;
         if (PLAIT_KB_TID == 0) {
-            if (go_send)
+            if (go_send && sdesc)
+                plait_kb_sc_publish(c, sc, src, ns * es);
+            else if (go_send)
                 plait_kb_publish(c, sc, ns * es);
-            if (go_recv)
+            if (go_recv && !from_desc)
                 plait_kb_release(c, rc);
+            else if (go_recv && recvd + nr >= st->count)
+                plait_kb_sc_done(c, rc);
         }
         sent += go_send ? ns : 0;
         recvd += go_recv ? nr : 0;
@@ -450,10 +688,8 @@ PLAIT_KB_FN int plait_kb_step(const struct plait_kb_ctx *c, const struct plait_s
 {
     if (st->count == 0)
         return 0; /* both ends move nothing */
-    if (st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE) {
-        plait_kb_local(c, st);
-        return 0;
-    }
+    if (st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE)
+        return plait_kb_local(c, st);
     if (st->kind >= PLAIT_STEP_KINDS)
         return plait_kb_fail(c, PLAIT_KERR_PLAN, -1);
     /* schedule.h's kind predicates are host-only C; stepper.h's table is
@@ -496,6 +732,9 @@ PLAIT_KB_FN void plait_kb_run(const struct plait_kargs *a, unsigned cta, unsigne
     if (PLAIT_KB_TID == 0) {
         sh->wait_err = 0;
         sh->ll_err = 0;
+        sh->sdesc = 0;
+        sh->rx_desc = 0;
+        sh->npend = 0;
     }
     PLAIT_KB_SYNC();
     if (!plan || plan->magic != PLAIT_PLAN_MAGIC) {
@@ -524,6 +763,15 @@ PLAIT_KB_FN void plait_kb_run(const struct plait_kargs *a, unsigned cta, unsigne
             for (uint64_t s = task.step_begin; s < task.step_end && !err; s++) {
                 const struct plait_step st = steps[s];
                 err = plait_kb_step(&c, &st);
+            }
+            /* A task is done once every descriptor it published was read:
+             * until then a peer may still read its buffers. */
+            if (!err) {
+                if (PLAIT_KB_TID == 0)
+                    sh->wait_err = plait_kb_sc_wait_free(&c, 0, 0);
+                PLAIT_KB_SYNC();
+                err = sh->wait_err;
+                PLAIT_KB_SYNC(); /* every thread has read it before the next task's waits write it */
             }
         }
     }
