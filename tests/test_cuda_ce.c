@@ -453,13 +453,13 @@ static void *api_main(void *p)
         return NULL;
     }
     struct plait_comm *comm = a->comm;
-    if (!comm->cuda)
-        FAIL(a, "rank %d: the communicator has no device state", me);
     plait_cudevptr win = 0, send = 0;
     plait_window_t w = NULL;
     void *stream = NULL;
     plait_stream_t ps = NULL;
     uint8_t *host = malloc(win_bytes);
+    if (!comm->cuda)
+        FAIL(a, "rank %d: the communicator has no device state", me);
     if (!host)
         FAIL(a, "out of memory");
     if (cu->MemAlloc(&win, win_bytes) || cu->MemAlloc(&send, bytes) ||
