@@ -1768,6 +1768,19 @@ API int cuStreamIsCapturing(void *stream, int *status)
     return res;
 }
 
+/* A stream memory operation on an aligned 64-bit word the device can see. */
+static int enqueue_value(void *stream, enum item_kind kind, plait_cudevptr addr, uint64_t v)
+{
+    if ((addr & 7) != 0 || !mem_device_visible((uintptr_t)addr, 8))
+        return DBL_ERROR_INVALID_VALUE;
+    struct item *it = item_new(kind);
+    if (it != NULL) {
+        it->u.value.addr = (uint64_t *)(uintptr_t)addr;
+        it->u.value.v = v;
+    }
+    return enqueue(stream, it);
+}
+
 API int cuStreamWaitValue64_v2(void *stream, plait_cudevptr addr, uint64_t v, unsigned flags)
 {
     int res = need_ctx();
@@ -1775,14 +1788,7 @@ API int cuStreamWaitValue64_v2(void *stream, plait_cudevptr addr, uint64_t v, un
         return res;
     if (flags != PLAIT_CU_STREAM_WAIT_VALUE_GEQ) /* the one condition emulated */
         return DBL_ERROR_NOT_SUPPORTED;
-    if ((addr & 7) != 0 || !mem_device_visible((uintptr_t)addr, 8))
-        return DBL_ERROR_INVALID_VALUE;
-    struct item *it = item_new(IT_WAIT_VALUE);
-    if (it != NULL) {
-        it->u.value.addr = (uint64_t *)(uintptr_t)addr;
-        it->u.value.v = v;
-    }
-    return enqueue(stream, it);
+    return enqueue_value(stream, IT_WAIT_VALUE, addr, v);
 }
 
 API int cuStreamWriteValue64_v2(void *stream, plait_cudevptr addr, uint64_t v, unsigned flags)
@@ -1792,14 +1798,7 @@ API int cuStreamWriteValue64_v2(void *stream, plait_cudevptr addr, uint64_t v, u
         return res;
     if (flags != PLAIT_CU_STREAM_WRITE_VALUE_DEFAULT)
         return DBL_ERROR_NOT_SUPPORTED;
-    if ((addr & 7) != 0 || !mem_device_visible((uintptr_t)addr, 8))
-        return DBL_ERROR_INVALID_VALUE;
-    struct item *it = item_new(IT_WRITE_VALUE);
-    if (it != NULL) {
-        it->u.value.addr = (uint64_t *)(uintptr_t)addr;
-        it->u.value.v = v;
-    }
-    return enqueue(stream, it);
+    return enqueue_value(stream, IT_WRITE_VALUE, addr, v);
 }
 
 API int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *arg)
@@ -1869,19 +1868,27 @@ out:
     return res;
 }
 
+/* Query and synchronise refuse an event recorded during a capture, as CUDA does. */
+static int event_get_uncaptured_locked(void *h, struct devent **out)
+{
+    struct devent *e = event_get(h);
+    if (e == NULL)
+        return DBL_ERROR_INVALID_HANDLE;
+    if (e->captured_in != NULL)
+        return DBL_ERROR_CAPTURED_EVENT;
+    *out = e;
+    return DBL_SUCCESS;
+}
+
 API int cuEventQuery(void *ev)
 {
     if (!is_initialized())
         return DBL_ERROR_NOT_INITIALIZED;
     stat_inc(&g_stats.queries);
     pthread_mutex_lock(&g_lock);
-    struct devent *e = event_get(ev);
-    int res = DBL_SUCCESS;
-    if (e == NULL)
-        res = DBL_ERROR_INVALID_HANDLE;
-    else if (e->captured_in != NULL)
-        res = DBL_ERROR_CAPTURED_EVENT;
-    else if (e->s != NULL && e->s->done < e->seq)
+    struct devent *e = NULL;
+    int res = event_get_uncaptured_locked(ev, &e);
+    if (res == DBL_SUCCESS && e->s != NULL && e->s->done < e->seq)
         res = DBL_ERROR_NOT_READY;
     pthread_mutex_unlock(&g_lock);
     return res;
@@ -1893,13 +1900,9 @@ API int cuEventSynchronize(void *ev)
         return DBL_ERROR_NOT_INITIALIZED;
     stat_inc(&g_stats.syncs);
     pthread_mutex_lock(&g_lock);
-    struct devent *e = event_get(ev);
-    int res = DBL_SUCCESS;
-    if (e == NULL)
-        res = DBL_ERROR_INVALID_HANDLE;
-    else if (e->captured_in != NULL)
-        res = DBL_ERROR_CAPTURED_EVENT;
-    else if (e->s != NULL)
+    struct devent *e = NULL;
+    int res = event_get_uncaptured_locked(ev, &e);
+    if (res == DBL_SUCCESS && e->s != NULL)
         res = wait_done_locked(e->s, e->seq);
     pthread_mutex_unlock(&g_lock);
     return res != DBL_SUCCESS ? res : sticky();
@@ -2208,30 +2211,28 @@ API int cuGraphExecDestroy(void *exec)
 
 /* ---------------------------------------------------------------- errors */
 
+static const struct dbl_error *error_find(int res)
+{
+    for (size_t i = 0; i < sizeof(dbl_errors) / sizeof(dbl_errors[0]); i++)
+        if (dbl_errors[i].code == res)
+            return &dbl_errors[i];
+    return NULL;
+}
+
 API int cuGetErrorName(int res, const char **s)
 {
     if (s == NULL)
         return DBL_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof(dbl_errors) / sizeof(dbl_errors[0]); i++) {
-        if (dbl_errors[i].code == res) {
-            *s = dbl_errors[i].name;
-            return DBL_SUCCESS;
-        }
-    }
-    *s = NULL;
-    return DBL_ERROR_INVALID_VALUE;
+    const struct dbl_error *e = error_find(res);
+    *s = e ? e->name : NULL;
+    return e ? DBL_SUCCESS : DBL_ERROR_INVALID_VALUE;
 }
 
 API int cuGetErrorString(int res, const char **s)
 {
     if (s == NULL)
         return DBL_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof(dbl_errors) / sizeof(dbl_errors[0]); i++) {
-        if (dbl_errors[i].code == res) {
-            *s = dbl_errors[i].text;
-            return DBL_SUCCESS;
-        }
-    }
-    *s = NULL;
-    return DBL_ERROR_INVALID_VALUE;
+    const struct dbl_error *e = error_find(res);
+    *s = e ? e->text : NULL;
+    return e ? DBL_SUCCESS : DBL_ERROR_INVALID_VALUE;
 }

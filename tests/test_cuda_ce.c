@@ -38,6 +38,25 @@ static int set_context(void)
     return 0;
 }
 
+/* Runs fn on one thread per rank, rank r with args + r * arg_size, and
+ * waits for them all. */
+static void run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size)
+{
+    pthread_t th[MAXR];
+    for (int r = 0; r < n; r++)
+        pthread_create(&th[r], NULL, fn, (char *)args + (size_t)r * arg_size);
+    for (int r = 0; r < n; r++)
+        pthread_join(th[r], NULL);
+}
+
+static void free_comms(plait_comm_t *comms, int n)
+{
+    for (int r = 0; r < n; r++) {
+        plait_cuda_ce_free(comms[r]);
+        plait_comm_destroy(comms[r]);
+    }
+}
+
 struct rank_arg {
     struct plait_comm *comm;
     int nranks;
@@ -53,6 +72,23 @@ struct rank_arg {
         (a)->fail = 1;                                                \
         goto out;                                                     \
     } while (0)
+
+/* Frees what a rank set up (any of it may be missing); a failed
+ * deregistration fails a rank that had not failed yet. */
+static void rank_release(struct rank_arg *a, plait_window_t w, void *stream, plait_cudevptr win, plait_cudevptr send)
+{
+    if (w && plait_comm_window_deregister(a->comm, w) && !a->fail) {
+        snprintf(a->msg, sizeof(a->msg), "rank %d: plait_comm_window_deregister: %s", a->comm->rank,
+                 plait_get_last_error(NULL));
+        a->fail = 1;
+    }
+    if (stream)
+        cu->StreamDestroy(stream);
+    if (win)
+        cu->MemFree(win);
+    if (send)
+        cu->MemFree(send);
+}
 
 static uint8_t pat(int rank, int iter, size_t i)
 {
@@ -141,15 +177,7 @@ static void *rank_main(void *p)
                      is_ag ? "allgather" : "broadcast", inplace ? " in place" : "", root, i, host[i], want[i]);
     }
 out:
-    if (w && plait_comm_window_deregister(comm, w) && !a->fail)
-        snprintf(a->msg, sizeof(a->msg), "rank %d: plait_comm_window_deregister: %s", me, plait_get_last_error(NULL)),
-            a->fail = 1;
-    if (stream)
-        cu->StreamDestroy(stream);
-    if (win)
-        cu->MemFree(win);
-    if (send)
-        cu->MemFree(send);
+    rank_release(a, w, stream, win, send);
     free(host);
     free(want);
     return NULL;
@@ -162,13 +190,9 @@ static void run(int nranks, size_t bytes, int use_window)
     struct plait_cuda_double_stats before, after;
     plait_cuda_double_stats_get(&before);
     struct rank_arg args[MAXR];
-    pthread_t th[MAXR];
-    for (int r = 0; r < nranks; r++) {
-        args[r] = (struct rank_arg){.comm = comms[r], .nranks = nranks, .bytes = bytes, .use_window = use_window};
-        pthread_create(&th[r], NULL, rank_main, &args[r]);
-    }
     for (int r = 0; r < nranks; r++)
-        pthread_join(th[r], NULL);
+        args[r] = (struct rank_arg){.comm = comms[r], .nranks = nranks, .bytes = bytes, .use_window = use_window};
+    run_threads(nranks, rank_main, args, sizeof(args[0]));
     plait_cuda_double_stats_get(&after);
     for (int r = 0; r < nranks; r++)
         cr_assert_eq(args[r].fail, 0, "%s", args[r].msg);
@@ -176,10 +200,7 @@ static void run(int nranks, size_t bytes, int use_window)
                  (unsigned long)(after.launches - before.launches));
     if (use_window)
         cr_assert_gt(after.memcpys, before.memcpys);
-    for (int r = 0; r < nranks; r++) {
-        plait_cuda_ce_free(comms[r]);
-        plait_comm_destroy(comms[r]);
-    }
+    free_comms(comms, nranks);
 }
 
 Test(cuda_ce, double_2_ranks, .timeout = 120)
@@ -256,26 +277,29 @@ static void *fallback_main(void *p)
     return NULL;
 }
 
-static void run_fallback(void)
+/* Two ranks, each running fn on its own fallback_arg; the caller checks the
+ * results and frees comms. */
+static void run_fallback_ranks(plait_comm_t comms[2], struct fallback_arg args[2], void *(*fn)(void *))
 {
-    plait_comm_t comms[2];
     cr_assert_eq(plait_comm_init_all(comms, 2, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
-    struct fallback_arg args[2];
-    pthread_t th[2];
     for (int r = 0; r < 2; r++) {
         memset(&args[r], 0, sizeof(args[r]));
         args[r].comm = comms[r];
-        pthread_create(&th[r], NULL, fallback_main, &args[r]);
     }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
+    run_threads(2, fn, args, sizeof(args[0]));
+}
+
+static void run_fallback(void)
+{
+    plait_comm_t comms[2];
+    struct fallback_arg args[2];
+    run_fallback_ranks(comms, args, fallback_main);
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(args[r].reg, PLAIT_SUCCESS, "rank %d: %s", r, args[r].msg);
         for (int i = 0; i < 4; i++)
             cr_assert_eq(args[r].took[i], 0, "rank %d: case %d went to the copy engines", r, i);
-        plait_cuda_ce_free(comms[r]);
-        plait_comm_destroy(comms[r]);
     }
+    free_comms(comms, 2);
 }
 
 Test(cuda_ce, double_outside_window_falls_back, .timeout = 60)
@@ -310,22 +334,13 @@ Test(cuda_ce, double_host_memory_window_refused, .timeout = 60)
 {
     setup_double("1");
     plait_comm_t comms[2];
-    cr_assert_eq(plait_comm_init_all(comms, 2, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
     struct fallback_arg args[2];
-    pthread_t th[2];
-    for (int r = 0; r < 2; r++) {
-        memset(&args[r], 0, sizeof(args[r]));
-        args[r].comm = comms[r];
-        pthread_create(&th[r], NULL, host_window_main, &args[r]);
-    }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
+    run_fallback_ranks(comms, args, host_window_main);
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(args[r].reg, PLAIT_ERR_INVALID_ARGUMENT, "rank %d: %d (%s)", r, (int)args[r].reg, args[r].msg);
         cr_assert(strstr(args[r].msg, "not device memory") != NULL, "rank %d: %s", r, args[r].msg);
-        plait_cuda_ce_free(comms[r]);
-        plait_comm_destroy(comms[r]);
     }
+    free_comms(comms, 2);
 }
 
 /* A CE all-gather captured into a CUDA graph and replayed: the flags are
@@ -382,15 +397,7 @@ out:
         cu->GraphExecDestroy(exec);
     if (graph)
         cu->GraphDestroy(graph);
-    if (w && plait_comm_window_deregister(comm, w) && !a->fail)
-        snprintf(a->msg, sizeof(a->msg), "rank %d: plait_comm_window_deregister: %s", me, plait_get_last_error(NULL)),
-            a->fail = 1;
-    if (stream)
-        cu->StreamDestroy(stream);
-    if (win)
-        cu->MemFree(win);
-    if (send)
-        cu->MemFree(send);
+    rank_release(a, w, stream, win, send);
     free(host);
     return NULL;
 }
@@ -404,22 +411,15 @@ Test(cuda_ce, double_graph_replays, .timeout = 120)
     struct plait_cuda_double_stats before, after;
     plait_cuda_double_stats_get(&before);
     struct rank_arg args[N];
-    pthread_t th[N];
-    for (int r = 0; r < N; r++) {
-        args[r] = (struct rank_arg){.comm = comms[r], .nranks = N, .bytes = 3000};
-        pthread_create(&th[r], NULL, graph_main, &args[r]);
-    }
     for (int r = 0; r < N; r++)
-        pthread_join(th[r], NULL);
+        args[r] = (struct rank_arg){.comm = comms[r], .nranks = N, .bytes = 3000};
+    run_threads(N, graph_main, args, sizeof(args[0]));
     plait_cuda_double_stats_get(&after);
     for (int r = 0; r < N; r++)
         cr_assert_eq(args[r].fail, 0, "%s", args[r].msg);
     cr_assert_eq(after.launches + after.captured_launches, before.launches + before.captured_launches);
     cr_assert_eq(after.graph_launches - before.graph_launches, 4 * N);
-    for (int r = 0; r < N; r++) {
-        plait_cuda_ce_free(comms[r]);
-        plait_comm_destroy(comms[r]);
-    }
+    free_comms(comms, N);
 }
 
 /* Through the public API: plait_allgather and plait_broadcast on device
@@ -523,14 +523,10 @@ static void run_public_api(void)
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, N);
     struct api_arg args[N];
-    pthread_t th[N];
-    for (int r = 0; r < N; r++) {
+    for (int r = 0; r < N; r++)
         args[r] = (struct api_arg){.r = {.nranks = N, .bytes = 5000}, .id = &id, .rank = r,
                                    .ce_launches = ce_launches, .bar = &bar};
-        pthread_create(&th[r], NULL, api_main, &args[r]);
-    }
-    for (int r = 0; r < N; r++)
-        pthread_join(th[r], NULL);
+    run_threads(N, api_main, args, sizeof(args[0]));
     for (int r = 0; r < N; r++)
         cr_assert_eq(args[r].r.fail, 0, "%s", args[r].r.msg);
     cr_assert_eq(ce_launches[0], 0, "the copy-engine phase launched %lu kernels", (unsigned long)ce_launches[0]);

@@ -54,44 +54,36 @@ static void require_gpu(void)
     }
 }
 
-static void run_config(const struct cx_config *cfg)
+/* Skips without a GPU; else runs the cases config gives for nranks. */
+static void run_on_gpu(void (*config)(struct cx_config *, int, size_t), int nranks)
 {
+    require_gpu();
+    struct cx_config cfg;
+    config(&cfg, nranks, BIG_COUNT);
     long passed = 0, failed = 0;
-    int st = cx_run_cases(cfg, stdout, &passed, &failed);
+    int st = cx_run_cases(&cfg, stdout, &passed, &failed);
     printf("%ld passed, %ld failed\n", passed, failed);
     cr_assert(st == 0, "%ld of %ld device cases failed (status %d); see the FAIL lines", failed, passed + failed, st);
 }
 
 Test(cuda_device, threads_1, .timeout = 900)
 {
-    require_gpu();
-    struct cx_config cfg;
-    full_config(&cfg, 1, BIG_COUNT);
-    run_config(&cfg);
+    run_on_gpu(full_config, 1);
 }
 
 Test(cuda_device, threads_2, .timeout = 900)
 {
-    require_gpu();
-    struct cx_config cfg;
-    full_config(&cfg, 2, BIG_COUNT);
-    run_config(&cfg);
+    run_on_gpu(full_config, 2);
 }
 
 Test(cuda_device, threads_4, .timeout = 900)
 {
-    require_gpu();
-    struct cx_config cfg;
-    full_config(&cfg, 4, BIG_COUNT);
-    run_config(&cfg);
+    run_on_gpu(full_config, 4);
 }
 
 Test(cuda_device, procs_2, .timeout = 600)
 {
-    require_gpu();
-    struct cx_config cfg;
-    procs_config(&cfg, 2, BIG_COUNT);
-    run_config(&cfg);
+    run_on_gpu(procs_config, 2);
 }
 
 #else /* NO_CRITERION: tests/cuda_device_check */

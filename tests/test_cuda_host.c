@@ -15,12 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuda/cu.h"
 #include "cuda_compare.h"
 #include "cuda_double.h"
+#include "harness.h"
 #include "plait.h"
 
 #ifndef PLAIT_CUDA_DOUBLE_PATH
@@ -39,13 +39,6 @@ static void use_double(void)
 }
 
 TestSuite(cuda_host, .init = use_double, .timeout = 60);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const struct plait_cu *driver(void)
 {
@@ -152,11 +145,11 @@ static void run_ranks(int n, int has_context, rank_fn fn, void *arg, double time
         env[r] = (struct rank_env){&sh, cu, r, n, NULL, arg, 1, 0, ""};
         cr_assert_eq(pthread_create(&tid[r], NULL, rank_thread, &env[r]), 0);
     }
-    const double deadline = now_s() + timeout_s;
+    const double deadline = mr_now() + timeout_s;
     for (int r = 0; r < n; r++) {
         while (!__atomic_load_n(&env[r].done, __ATOMIC_ACQUIRE)) {
             /* A stuck rank cannot be joined: the test process ends here. */
-            cr_assert(now_s() < deadline, "rank %d still running after %.0f s", r, timeout_s);
+            cr_assert(mr_now() < deadline, "rank %d still running after %.0f s", r, timeout_s);
             usleep(2000);
         }
         pthread_join(tid[r], NULL);
@@ -169,6 +162,28 @@ static void run_ranks(int n, int has_context, rank_fn fn, void *arg, double time
 static void rank_barrier(struct rank_env *e)
 {
     pthread_barrier_wait(&e->sh->barrier);
+}
+
+/* Rank 0 takes the double's counters while every rank waits, so that none
+ * is inside a call meanwhile. */
+static void rank0_stats(struct rank_env *e, struct plait_cuda_double_stats *out)
+{
+    rank_barrier(e);
+    if (e->rank == 0)
+        *out = stats();
+    rank_barrier(e);
+}
+
+/* A non-blocking CUDA stream and plait's handle for it; nonzero on failure. */
+static int stream_open(const struct plait_cu *cu, void **s, plait_stream_t *ps)
+{
+    return cu->StreamCreateWithPriority(s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(*s, ps);
+}
+
+static void stream_close(const struct plait_cu *cu, void *s, plait_stream_t ps)
+{
+    plait_stream_destroy(ps);
+    cu->StreamDestroy(s);
 }
 
 #define FAILF(...)                                  \
@@ -303,7 +318,7 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
         in[i] = (float)(e->rank + 1);
         out[i] = -1.0f;
     }
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (plait_cuda_double_stream_hold(s, 1))
         FAILF("plait_cuda_double_stream_hold failed");
@@ -323,8 +338,7 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
     for (int i = 0; i < ORDER_N; i++)
         if (out[i] != want)
             FAILF("after cuStreamSynchronize out[%d] = %g, want %g", i, out[i], want);
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     return 0;
@@ -383,31 +397,24 @@ static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
     float *a = dev_alloc(cu, n * sizeof(float)), *b = dev_alloc(cu, n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         a[i] = 1.0f;
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     /* Warm-up: whatever a first call sets up (plans, connections) happens here. */
     if (plait_allreduce(a, b, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps) || cu->StreamSynchronize(s))
         FAILF("warm-up: %s", plait_get_last_error(e->comm));
-    rank_barrier(e);
-    if (e->rank == 0)
-        hot_before = stats();
-    rank_barrier(e);
+    rank0_stats(e, &hot_before);
     for (int it = 0; it < 20; it++) {
         plait_result_t r = plait_allreduce(it % 2 ? b : a, it % 2 ? a : b, n, PLAIT_FLOAT32, PLAIT_MAX, e->comm, ps);
         if (r)
             FAILF("call %d: %s", it, plait_get_last_error(e->comm));
     }
-    rank_barrier(e);
-    if (e->rank == 0)
-        hot_after = stats();
-    rank_barrier(e);
+    rank0_stats(e, &hot_after);
     if (cu->StreamSynchronize(s))
         FAILF("cuStreamSynchronize");
     for (size_t i = 0; i < n; i++)
         if (a[i] != 1.0f || b[i] != 1.0f)
             FAILF("a[%zu] = %g, b[%zu] = %g, want 1", i, a[i], i, b[i]);
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, a);
     dev_free(cu, b);
     return 0;
@@ -436,7 +443,7 @@ static int graph_rank(struct rank_env *e, char *msg, size_t len)
     plait_stream_t ps;
     const size_t n = 3000;
     float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, n * sizeof(float));
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     for (size_t i = 0; i < n; i++)
         in[i] = 1.0f;
@@ -473,8 +480,7 @@ static int graph_rank(struct rank_env *e, char *msg, size_t len)
     }
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     return 0;
@@ -503,12 +509,9 @@ static int group_rank(struct rank_env *e, char *msg, size_t len)
         sb[i] = (uint32_t)(e->rank * 0x10000000u + i);
         rb[i] = 0xdeadbeef;
     }
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
-    rank_barrier(e);
-    if (e->rank == 0)
-        grp_before = stats();
-    rank_barrier(e);
+    rank0_stats(e, &grp_before);
     plait_result_t r0 = plait_group_start();
     plait_result_t r1 = e->rank == 0 ? plait_send(sb, n, PLAIT_UINT32, peer, e->comm, ps)
                                      : plait_recv(rb, n, PLAIT_UINT32, peer, e->comm, ps);
@@ -519,14 +522,11 @@ static int group_rank(struct rank_env *e, char *msg, size_t len)
         FAILF("group: %d %d %d %d: %s", r0, r1, r2, r3, plait_get_last_error(e->comm));
     if (cu->StreamSynchronize(s))
         FAILF("cuStreamSynchronize");
-    rank_barrier(e);
-    if (e->rank == 0)
-        grp_after = stats();
+    rank0_stats(e, &grp_after);
     for (size_t i = 0; i < n; i++)
         if (rb[i] != (uint32_t)(peer * 0x10000000u + i))
             FAILF("rb[%zu] = 0x%x, want 0x%x", i, rb[i], (uint32_t)(peer * 0x10000000u + i));
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, sb);
     dev_free(cu, rb);
     return 0;
@@ -548,7 +548,7 @@ static int abort_rank(struct rank_env *e, char *msg, size_t len)
     float *buf = dev_alloc(cu, 1 << 20);
     void *s = NULL;
     plait_stream_t ps;
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (e->rank == 1) {
         /* The peer never joins: rank 0's kernel waits for it until the abort. */
@@ -562,11 +562,11 @@ static int abort_rank(struct rank_env *e, char *msg, size_t len)
             FAILF("allreduce: %s", plait_get_last_error(e->comm));
         rank_barrier(e);
         usleep(200 * 1000);
-        double t0 = now_s();
+        double t0 = mr_now();
         plait_result_t ar = plait_comm_abort(e->comm);
         e->comm = NULL; /* freed by the abort */
         int cr = cu->StreamSynchronize(s);
-        double waited = now_s() - t0;
+        double waited = mr_now() - t0;
         rank_barrier(e);
         if (ar)
             FAILF("plait_comm_abort: %d", ar);
@@ -577,8 +577,7 @@ static int abort_rank(struct rank_env *e, char *msg, size_t len)
         printf("abort_double: the device wait ended %.3f s after plait_comm_abort (cuStreamSynchronize %d)\n",
                waited, cr);
     }
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, buf);
     return 0;
 }
@@ -596,17 +595,17 @@ static int timeout_rank(struct rank_env *e, char *msg, size_t len)
     float *buf = dev_alloc(cu, 4096);
     void *s = NULL;
     plait_stream_t ps;
-    if (cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(s, &ps))
+    if (stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (e->rank == 0) {
         if (plait_allreduce(buf, buf, 1024, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps))
             FAILF("allreduce: %s", plait_get_last_error(e->comm));
-        double t0 = now_s();
+        double t0 = mr_now();
         int cr = cu->StreamSynchronize(s);
         plait_result_t async = PLAIT_SUCCESS;
         plait_comm_get_async_error(e->comm, &async);
-        if (now_s() - t0 > 15)
-            FAILF("the kernel waited %.1f s past a 1 s PLAIT_COLL_TIMEOUT (sync %d)", now_s() - t0, cr);
+        if (mr_now() - t0 > 15)
+            FAILF("the kernel waited %.1f s past a 1 s PLAIT_COLL_TIMEOUT (sync %d)", mr_now() - t0, cr);
         if (async != PLAIT_ERR_TIMEOUT && async != PLAIT_ERR_REMOTE)
             FAILF("asynchronous error after the kernel's timeout: %d (%s)", async, plait_get_last_error(e->comm));
         plait_comm_abort(e->comm);
@@ -617,8 +616,7 @@ static int timeout_rank(struct rank_env *e, char *msg, size_t len)
         plait_comm_abort(e->comm);
         e->comm = NULL;
     }
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    stream_close(cu, s, ps);
     dev_free(cu, buf);
     return 0;
 }

@@ -19,21 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuda/cu.h"
 #include "cuda_double.h"
+#include "harness.h"
 #include "plait.h"
 
 #define DEADLINE_S 30.0
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Points plait at the double (before anything loads the driver) and says so
  * in the output. */
@@ -61,7 +54,7 @@ static void set_device(const struct plait_cu *cu, int dev)
  * status, or -1 when it did not exit normally. */
 static int reap(pid_t pid, double timeout_s)
 {
-    double end = now_s() + timeout_s;
+    double end = mr_now() + timeout_s;
     int status = 0;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
@@ -69,7 +62,7 @@ static int reap(pid_t pid, double timeout_s)
             return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         if (r < 0 && errno != EINTR)
             return -1;
-        if (now_s() > end) {
+        if (mr_now() > end) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             return -1;
@@ -157,10 +150,10 @@ static int run_logged_child(const char *library, char *out, size_t len)
     }
     close(fds[1]);
     size_t used = 0;
-    double end = now_s() + DEADLINE_S;
+    double end = mr_now() + DEADLINE_S;
     for (;;) {
         struct pollfd p = {fds[0], POLLIN, 0};
-        int left_ms = (int)((end - now_s()) * 1000);
+        int left_ms = (int)((end - mr_now()) * 1000);
         if (left_ms <= 0 || poll(&p, 1, left_ms) <= 0)
             break;
         ssize_t n = read(fds[0], out + used, len - 1 - used);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../src/comm.h"
@@ -21,16 +20,10 @@
 #include "../src/cuda/cuda.h"
 #include "../src/cuda/kernel.h"
 #include "cuda_double.h"
+#include "harness.h"
 
 #define NR 2
 #define SLOTS_PER_LAUNCH 37 /* more than the FIFO depth: credit must flow back */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const struct plait_cu *setup_double(void)
 {
@@ -114,7 +107,7 @@ static void *fake_kernel(void *arg)
 {
     struct rank *rk = arg;
     const int me = rk->comm->rank;
-    const double deadline = now_s() + 30;
+    const double deadline = mr_now() + 30;
     int left = rk->nconns * 2;
     uint64_t sent_goal[8], recv_goal[8];
     for (int k = 0; k < rk->nconns; k++) {
@@ -127,7 +120,7 @@ static void *fake_kernel(void *arg)
             rk->fail = 2;
             break;
         }
-        if (now_s() > deadline) {
+        if (mr_now() > deadline) {
             snprintf(rk->msg, sizeof(rk->msg), "rank %d: fake kernel timed out", me);
             rk->fail = 1;
             break;
@@ -204,9 +197,9 @@ static void run_launch(struct rank *rk)
 
 static void wait_idle(struct rank *rk)
 {
-    const double deadline = now_s() + 10;
+    const double deadline = mr_now() + 10;
     while (plait_cuda_proxy_busy(rk->comm)) {
-        cr_assert_lt(now_s(), deadline, "rank %d: the proxy stays busy after its launches completed", rk->comm->rank);
+        cr_assert_lt(mr_now(), deadline, "rank %d: the proxy stays busy after its launches completed", rk->comm->rank);
         sched_yield();
     }
 }
@@ -285,11 +278,11 @@ Test(cuda_proxy, double_dead_peer_aborts_kernel, .timeout = 120)
     plait_comm_destroy(rk[1].comm);
     pthread_t th;
     plait_cuda_proxy_kick(rk[0].comm, 1);
-    const double t0 = now_s();
+    const double t0 = mr_now();
     pthread_create(&th, NULL, fake_kernel, &rk[0]);
     pthread_join(th, NULL);
     cr_assert_eq(rk[0].fail, 2, "the fake kernel was not aborted: %s", rk[0].msg);
-    cr_assert_lt(now_s() - t0, 15.0);
+    cr_assert_lt(mr_now() - t0, 15.0);
     cr_assert_eq(__atomic_load_n(rk[0].abort_word, __ATOMIC_ACQUIRE), 1u);
     plait_result_t ae = PLAIT_SUCCESS;
     plait_comm_get_async_error(rk[0].comm, &ae);
@@ -317,12 +310,12 @@ Test(cuda_proxy, double_stop_while_polling, .timeout = 60)
     usleep(50000);
     for (int r = 0; r < NR; r++)
         cr_assert_eq(plait_cuda_proxy_busy(rk[r].comm), 1);
-    const double t0 = now_s();
+    const double t0 = mr_now();
     for (int r = 0; r < NR; r++) {
         plait_cuda_proxy_stop(rk[r].comm);
         cr_assert_eq(plait_cuda_proxy_busy(rk[r].comm), 0);
     }
-    cr_assert_lt(now_s() - t0, 2.0);
+    cr_assert_lt(mr_now() - t0, 2.0);
     for (int r = 0; r < NR; r++) {
         plait_comm_destroy(rk[r].comm);
         cu->MemFreeHost(rk[r].status);
@@ -394,8 +387,8 @@ static void *e2e_main(void *p)
      * issuing thread (it hands back slots the proxy fetched for the kernel
      * that belong to the host op). The executor is to call it itself
      * (src/cuda/cuda.h); calling it here as well is harmless. */
-    const double deadline = now_s() + 30;
-    while (plait_cuda_proxy_busy(comm) && now_s() < deadline)
+    const double deadline = mr_now() + 30;
+    while (plait_cuda_proxy_busy(comm) && mr_now() < deadline)
         sched_yield();
     for (size_t i = 0; i < 5000 && !a->fail; i++)
         host[i] = (int32_t)(i + (size_t)a->rank);

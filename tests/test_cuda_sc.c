@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../src/cuda/cu.h"
 #include "../src/cuda/cuda.h"
 #include "cuda_double.h"
+#include "harness.h"
 #include "plait.h"
 
 #ifndef PLAIT_CUDA_DOUBLE_PATH
@@ -46,13 +46,6 @@ static void setup_double(void)
 }
 
 TestSuite(cuda_sc, .init = setup_double, .timeout = 240);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------------ rank threads */
 
@@ -138,10 +131,10 @@ static void run_ranks(int n, rank_fn fn, int placement, int want)
         env[r].n = n;
         cr_assert_eq(pthread_create(&tid[r], NULL, rank_thread, &env[r]), 0);
     }
-    const double deadline = now_s() + 200;
+    const double deadline = mr_now() + 200;
     for (int r = 0; r < n; r++) {
         while (!__atomic_load_n(&env[r].done, __ATOMIC_ACQUIRE)) {
-            cr_assert(now_s() < deadline, "rank %d still running after 200 s", r); /* a hang: the process ends */
+            cr_assert(mr_now() < deadline, "rank %d still running after 200 s", r); /* a hang: the process ends */
             usleep(2000);
         }
         pthread_join(tid[r], NULL);
