@@ -358,16 +358,23 @@ static int mem_device_visible(uintptr_t p, size_t n)
  * unsafe call (an allocation, a free, a synchronisation): its own capture
  * not begun RELAXED, or another thread's GLOBAL one. Such a call fails, and
  * the capture that forbade it is invalidated, as CUDA does. */
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode):
+ * RELAXED makes no call unsafe, THREAD_LOCAL ignores other threads' captures. */
+static __thread int t_capture_mode = PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL;
+
 static int capture_forbids_unsafe_locked(void)
 {
     int forbidden = 0;
     pthread_t self = pthread_self();
+    if (t_capture_mode == PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED)
+        return 0;
     for (struct dstream *s = g_streams; s != NULL; s = s->next_all) {
         if (!s->is_capturing || s->is_invalidated)
             continue;
         int own = pthread_equal(s->capture_thread, self);
         if ((own && s->capture_mode != PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED) ||
-            (!own && s->capture_mode == PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            (!own && t_capture_mode == PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL &&
+             s->capture_mode == PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL)) {
             s->is_invalidated = 1;
             forbidden = 1;
         }
@@ -2033,6 +2040,16 @@ API int cuIpcCloseMemHandle(plait_cudevptr p)
 }
 
 /* ---------------------------------------------------------------- capture, graphs */
+
+API int cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    if (mode == NULL || *mode < PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED)
+        return DBL_ERROR_INVALID_VALUE;
+    const int old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return DBL_SUCCESS;
+}
 
 API int cuStreamBeginCapture_v2(void *stream, int mode)
 {

@@ -491,6 +491,130 @@ Test(cuda_host, graph_capture_double)
     run_ranks(2, 1, graph_rank, NULL, 50);
 }
 
+/* ------------------------------------------------------------------ capture modes */
+
+/* Another thread's global-mode capture is in progress while the ranks create
+ * their communicators (cuMemAlloc and synchronous copies: unsafe calls), and
+ * a rank captures, in global mode, the first call of a shape that needs new
+ * scratch memory: plait makes those calls in the thread's relaxed mode, as
+ * NCCL does, so neither fails nor invalidates a capture. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int begun, end, ended;
+    int begin_result, end_result;
+} capt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0};
+
+static void *capturer(void *arg)
+{
+    const struct plait_cu *cu = arg;
+    void *ctx = NULL, *s = NULL, *graph = NULL;
+    int r = cu->DevicePrimaryCtxRetain(&ctx, 0);
+    if (!r)
+        r = cu->CtxSetCurrent(ctx);
+    if (!r)
+        r = cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0);
+    if (!r)
+        r = cu->StreamBeginCapture(s, PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL);
+    pthread_mutex_lock(&capt.lock);
+    capt.begin_result = r;
+    capt.begun = 1;
+    pthread_cond_broadcast(&capt.cond);
+    while (!capt.end)
+        pthread_cond_wait(&capt.cond, &capt.lock);
+    pthread_mutex_unlock(&capt.lock);
+    int e = r ? r : cu->StreamEndCapture(s, &graph);
+    if (graph)
+        cu->GraphDestroy(graph);
+    if (s)
+        cu->StreamDestroy(s);
+    pthread_mutex_lock(&capt.lock);
+    capt.end_result = e;
+    capt.ended = 1;
+    pthread_cond_broadcast(&capt.cond);
+    pthread_mutex_unlock(&capt.lock);
+    return NULL;
+}
+
+static int relaxed_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    /* The communicator was made while the capture ran; end it now (every
+     * rank's init is done), before this test's own unsafe calls. */
+    rank_barrier(e);
+    if (e->rank == 0) {
+        pthread_mutex_lock(&capt.lock);
+        capt.end = 1;
+        pthread_cond_broadcast(&capt.cond);
+        while (!capt.ended)
+            pthread_cond_wait(&capt.cond, &capt.lock);
+        pthread_mutex_unlock(&capt.lock);
+    }
+    rank_barrier(e);
+    const size_t n = 5000;
+    float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, n * sizeof(float));
+    void *s = NULL, *graph = NULL, *exec = NULL;
+    plait_stream_t ps;
+    if (stream_open(cu, &s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    /* Every rank's own unsafe calls (the allocations above) are done before
+     * any rank begins its global-mode capture, which forbids them. */
+    rank_barrier(e);
+    /* No eager call: the one-shot's scratch is first allocated inside the capture. */
+    int cr = cu->StreamBeginCapture(s, PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (cr)
+        FAILF("cuStreamBeginCapture: %d", cr);
+    plait_result_t r = plait_allreduce(in, out, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps);
+    cr = cu->StreamEndCapture(s, &graph);
+    if (r)
+        FAILF("a first call captured in global mode: %s", plait_get_last_error(e->comm));
+    if (cr || !graph)
+        FAILF("cuStreamEndCapture: %d (the capture was invalidated)", cr);
+    rank_barrier(e); /* no rank's capture is still open from here on */
+    if ((cr = cu->GraphInstantiate(&exec, graph, 0)))
+        FAILF("cuGraphInstantiate: %d", cr);
+    for (int rep = 1; rep <= 2; rep++) {
+        for (size_t i = 0; i < n; i++) {
+            in[i] = (float)((e->rank + 1) * rep + (int)(i % 3));
+            out[i] = -1.0f;
+        }
+        rank_barrier(e);
+        if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
+            FAILF("replay %d: %d", rep, cr);
+        for (size_t i = 0; i < n; i++) {
+            const float want = (float)(rep * e->n * (e->n + 1) / 2 + e->n * (int)(i % 3));
+            if (out[i] != want)
+                FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
+        }
+        rank_barrier(e);
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    stream_close(cu, s, ps);
+    dev_free(cu, in);
+    dev_free(cu, out);
+    return 0;
+}
+
+Test(cuda_host, capture_relaxed_double)
+{
+    const struct plait_cu *cu = driver();
+    pthread_t t;
+    setenv("PLAIT_ALGO", "allreduce:oneshot", 1);
+    cr_assert_eq(pthread_create(&t, NULL, capturer, (void *)cu), 0);
+    pthread_mutex_lock(&capt.lock);
+    while (!capt.begun)
+        pthread_cond_wait(&capt.cond, &capt.lock);
+    pthread_mutex_unlock(&capt.lock);
+    cr_assert_eq(capt.begin_result, 0, "the other thread's capture did not begin (%d)", capt.begin_result);
+    run_ranks(2, 1, relaxed_rank, NULL, 50);
+    pthread_join(t, NULL);
+    unsetenv("PLAIT_ALGO");
+    cr_expect_eq(capt.end_result, 0,
+                 "the other thread's global-mode capture ended with %d: plait's setup invalidated it",
+                 capt.end_result);
+}
+
 /* ------------------------------------------------------------------ grouped calls */
 
 static struct plait_cuda_double_stats grp_before, grp_after;

@@ -397,8 +397,30 @@ void plait_cuda_ce_sc_table(const struct plait_comm *comm, const struct plait_de
     *mask_out = ce && ce->sc_table ? ce->sc_mask : 0;
 }
 
+static plait_result_t window_register(plait_comm_t comm, void *buff, size_t size, int flags, plait_window_t *win_out);
+static plait_result_t window_deregister(plait_comm_t comm, plait_window_t win);
+
+/* Both run the driver in the thread's RELAXED capture mode (cu.h). */
 plait_result_t plait_comm_window_register(plait_comm_t comm, void *buff, size_t size, int flags,
                                           plait_window_t *win_out)
+{
+    const struct plait_cu *cu = plait_cu_get();
+    const int mode = plait_cu_capture_relax(cu);
+    plait_result_t status = window_register(comm, buff, size, flags, win_out);
+    plait_cu_capture_restore(cu, mode);
+    return status;
+}
+
+plait_result_t plait_comm_window_deregister(plait_comm_t comm, plait_window_t win)
+{
+    const struct plait_cu *cu = plait_cu_get();
+    const int mode = plait_cu_capture_relax(cu);
+    plait_result_t status = window_deregister(comm, win);
+    plait_cu_capture_restore(cu, mode);
+    return status;
+}
+
+static plait_result_t window_register(plait_comm_t comm, void *buff, size_t size, int flags, plait_window_t *win_out)
 {
     static const char fn[] = "plait_comm_window_register";
     plait_result_t status = plait_comm_check(comm, fn);
@@ -492,7 +514,7 @@ err_free:
     return status;
 }
 
-plait_result_t plait_comm_window_deregister(plait_comm_t comm, plait_window_t win)
+static plait_result_t window_deregister(plait_comm_t comm, plait_window_t win)
 {
     static const char fn[] = "plait_comm_window_deregister";
     if (!comm || !plait_comm_is_live(comm))

@@ -146,22 +146,26 @@ static plait_result_t arena_alloc(struct plait_cuda_comm *cc, struct arena *a, s
         c = calloc(1, sizeof(*c));
         if (!c)
             return plait_error(PLAIT_ERR_SYSTEM, "CUDA plan memory: out of host memory");
+        /* Relaxed: a shape first launched while its stream (or another
+         * thread's) is captured may still allocate, as NCCL's do. */
+        const int mode = plait_cu_capture_relax(cc->cu);
         int r = cc->cu->MemAlloc(&c->dev, size);
         if (r) {
+            plait_cu_capture_restore(cc->cu, mode);
             free(c);
-            return cu_fail(r, "device plan/scratch memory (a shape first launched while its stream is captured "
-                              "cannot allocate: launch it once before capturing)",
-                           "cuMemAlloc");
+            return cu_fail(r, "device plan/scratch memory", "cuMemAlloc");
         }
         if (a->with_host) {
             void *h = NULL;
             if ((r = cc->cu->MemHostAlloc(&h, size, PLAIT_CU_MEMHOSTALLOC_PORTABLE))) {
                 cc->cu->MemFree(c->dev);
+                plait_cu_capture_restore(cc->cu, mode);
                 free(c);
                 return cu_fail(r, "pinned staging for a launch plan", "cuMemHostAlloc");
             }
             c->host = h;
         }
+        plait_cu_capture_restore(cc->cu, mode);
         c->size = size;
         c->next = a->chunks;
         a->chunks = c;
@@ -607,7 +611,18 @@ static uint64_t sc_min_bytes(int rank)
     return (uint64_t)x << shift;
 }
 
+static plait_result_t comm_setup(struct plait_comm *comm);
+
 plait_result_t plait_cuda_comm_setup(struct plait_comm *comm)
+{
+    const struct plait_cu *cu = plait_cu_get();
+    const int mode = plait_cu_capture_relax(cu);
+    plait_result_t status = comm_setup(comm);
+    plait_cu_capture_restore(cu, mode);
+    return status;
+}
+
+static plait_result_t comm_setup(struct plait_comm *comm)
 {
     const int n = comm->nranks, me = comm->rank;
     const struct plait_cu *cu = plait_cu_get();
@@ -758,7 +773,21 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
     free(dc);
 }
 
+static void comm_free(struct plait_comm *comm);
+
 void plait_cuda_comm_free(struct plait_comm *comm)
+{
+    if (!comm->cuda)
+        return;
+    const struct plait_cu *cu = comm->cuda->cu;
+    const int owner = comm->owner_pid == getpid();
+    const int mode = owner ? plait_cu_capture_relax(cu) : PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED;
+    comm_free(comm);
+    if (owner)
+        plait_cu_capture_restore(cu, mode);
+}
+
+static void comm_free(struct plait_comm *comm)
 {
     struct plait_cuda_comm *cc = comm->cuda;
     if (!cc)

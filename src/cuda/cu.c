@@ -82,6 +82,7 @@ static const struct cu_symbol {
     {"cuGraphLaunch", offsetof(struct plait_cu, GraphLaunch)},
     {"cuGraphDestroy", offsetof(struct plait_cu, GraphDestroy)},
     {"cuGraphExecDestroy", offsetof(struct plait_cu, GraphExecDestroy)},
+    {"cuThreadExchangeStreamCaptureMode", offsetof(struct plait_cu, ThreadExchangeStreamCaptureMode)},
 };
 
 /* Filled once by cu_load (under cu_once), read-only afterwards. cu_loaded is
@@ -342,4 +343,20 @@ int plait_cu_ipc_close(const struct plait_cu *cu, plait_cudevptr p)
     }
     pthread_mutex_unlock(&ipc_lock);
     return 1; /* CUDA_ERROR_INVALID_VALUE: not opened here */
+}
+
+/* ---------------------------------------------------------------- capture mode */
+
+int plait_cu_capture_relax(const struct plait_cu *cu)
+{
+    int mode = PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (cu && cu->ThreadExchangeStreamCaptureMode(&mode) != PLAIT_CU_SUCCESS)
+        mode = PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED; /* nothing was exchanged: restoring it is a no-op */
+    return mode;
+}
+
+void plait_cu_capture_restore(const struct plait_cu *cu, int mode)
+{
+    if (cu && mode != PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED)
+        cu->ThreadExchangeStreamCaptureMode(&mode);
 }

@@ -121,7 +121,17 @@ struct plait_cu {
     int (*GraphLaunch)(void *exec, void *stream);                         /* cuGraphLaunch */
     int (*GraphDestroy)(void *graph);                                     /* cuGraphDestroy */
     int (*GraphExecDestroy)(void *exec);                                  /* cuGraphExecDestroy */
+    int (*ThreadExchangeStreamCaptureMode)(int *mode);                    /* cuThreadExchangeStreamCaptureMode */
 };
+
+/* plait's own driver calls outside the hot path (setup, teardown, windows, a
+ * plan's first memory) run in the RELAXED capture mode of the calling thread,
+ * as NCCL's do: another thread's global-mode CUDA graph capture (or the
+ * caller's own) then neither forbids them nor is invalidated by them. Returns
+ * the thread's previous mode for plait_cu_capture_restore (a no-op without
+ * driver). */
+int plait_cu_capture_relax(const struct plait_cu *cu);
+void plait_cu_capture_restore(const struct plait_cu *cu, int mode);
 
 /* The loaded driver, or NULL when there is none (no library, cuInit failed, no
  * device). Loads at most once per process (thread-safe); the first call logs
