@@ -493,8 +493,9 @@ Test(cuda_host, graph_capture_double)
 
 /* ------------------------------------------------------------------ capture modes */
 
-/* Another thread's global-mode capture is in progress while the ranks create
- * their communicators (cuMemAlloc and synchronous copies: unsafe calls), and
+/* Another thread's global-mode capture of a blocking stream is in progress
+ * while the ranks create their communicators (cuMemAlloc and copies: unsafe
+ * calls, and the legacy default stream would join the captured stream), and
  * a rank captures, in global mode, the first call of a shape that needs new
  * scratch memory: plait makes those calls in the thread's relaxed mode, as
  * NCCL does, so neither fails nor invalidates a capture. */
@@ -512,8 +513,11 @@ static void *capturer(void *arg)
     int r = cu->DevicePrimaryCtxRetain(&ctx, 0);
     if (!r)
         r = cu->CtxSetCurrent(ctx);
+    /* A blocking stream (flags 0), as cudaStreamCreate makes: work on CUDA's
+     * legacy default stream (synchronous copies, NULL-stream fills) would
+     * join it and break its capture. */
     if (!r)
-        r = cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0);
+        r = cu->StreamCreateWithPriority(&s, 0, 0);
     if (!r)
         r = cu->StreamBeginCapture(s, PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL);
     pthread_mutex_lock(&capt.lock);

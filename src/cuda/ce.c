@@ -236,8 +236,8 @@ static void prepare(struct plait_comm *comm, struct plait_cuda_ce *ce, void *buf
         if ((r = cu->MemAlloc(&ce->flags, fbytes)) != 0) {
             ce->flags = 0;
             st = plait_cu_error(r, "plait_comm_window_register: copy-engine flags", "cuMemAlloc");
-        } else if ((r = cu->MemcpyHtoD(ce->flags, zero, fbytes)) != 0) {
-            st = plait_cu_error(r, "plait_comm_window_register: copy-engine flags", "cuMemcpyHtoD");
+        } else if ((r = plait_cu_sync_copy(cu, (void *)(uintptr_t)ce->flags, zero, fbytes)) != 0) {
+            st = plait_cu_error(r, "plait_comm_window_register: copy-engine flags", "cuMemcpyAsync");
         }
         free(zero);
         if (st)
@@ -350,9 +350,9 @@ static plait_result_t sc_write_row(struct plait_comm *comm, struct plait_cuda_ce
             row[p].size = all[p].size;
         }
     const size_t rb = sizeof(*row) * (size_t)n;
-    int r = ce->cu->MemcpyHtoD(ce->sc_table + (plait_cudevptr)slot * rb, row, rb);
+    int r = plait_cu_sync_copy(ce->cu, (void *)(uintptr_t)(ce->sc_table + (plait_cudevptr)slot * rb), row, rb);
     free(row);
-    return r ? plait_cu_error(r, "memory window single-copy table", "cuMemcpyHtoD") : PLAIT_SUCCESS;
+    return r ? plait_cu_error(r, "memory window single-copy table", "cuMemcpyAsync") : PLAIT_SUCCESS;
 }
 
 /* Gives window w the lowest free single-copy index and writes its row
@@ -368,7 +368,7 @@ static plait_result_t sc_map(struct plait_comm *comm, struct plait_cuda_ce *ce, 
         const size_t bytes = sizeof(struct plait_dev_win) * PLAIT_KMAX_WINDOWS * (size_t)comm->nranks;
         void *zero = calloc(1, bytes);
         int r = zero ? cu->MemAlloc(&ce->sc_table, bytes) : 0;
-        if (zero && !r && (r = cu->MemcpyHtoD(ce->sc_table, zero, bytes)) != 0) {
+        if (zero && !r && (r = plait_cu_sync_copy(cu, (void *)(uintptr_t)ce->sc_table, zero, bytes)) != 0) {
             cu->MemFree(ce->sc_table);
             ce->sc_table = 0;
         } else if (r) {

@@ -363,7 +363,7 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
             status = cu_fail(r, "device FIFOs", "cuMemAlloc");
             goto out;
         }
-        if ((r = cu->MemsetD8Async(cc->seg, 0, cc->seg_bytes, NULL)) || (r = cu->StreamSynchronize(NULL))) {
+        if ((r = plait_cu_sync_fill(cu, cc->seg, 0, cc->seg_bytes))) {
             status = cu_fail(r, "zeroing the device FIFOs", "cuMemsetD8Async");
             goto out;
         }
@@ -476,9 +476,9 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
             plait_cudevptr *t = &table[(size_t)p * ncls + c];
             *t = comm->conns[(size_t)p * ncls + c] ? cc->dconns + *t * sizeof(*hconns) : 0;
         }
-    if ((nconn && (r = cu->MemcpyHtoD(cc->dconns, hconns, sizeof(*hconns) * (size_t)nconn))) ||
-        (r = cu->MemcpyHtoD(cc->dtable, table, sizeof(*table) * (size_t)n * ncls))) {
-        status = cu_fail(r, "device connections", "cuMemcpyHtoD");
+    if ((nconn && (r = plait_cu_sync_copy(cu, (void *)(uintptr_t)cc->dconns, hconns, sizeof(*hconns) * (size_t)nconn))) ||
+        (r = plait_cu_sync_copy(cu, (void *)(uintptr_t)cc->dtable, table, sizeof(*table) * (size_t)n * ncls))) {
+        status = cu_fail(r, "device connections", "cuMemcpyAsync");
         goto out;
     }
 
@@ -494,8 +494,7 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
         status = cu_fail(r, "status words", "cuMemHostGetDevicePointer");
         goto out;
     }
-    if ((r = cu->MemAlloc(&cc->lanes_done, 64)) || (r = cu->MemsetD8Async(cc->lanes_done, 0, 64, NULL)) ||
-        (r = cu->StreamSynchronize(NULL))) {
+    if ((r = cu->MemAlloc(&cc->lanes_done, 64)) || (r = plait_cu_sync_fill(cu, cc->lanes_done, 0, 64))) {
         status = cu_fail(r, "the kernel's lane counter", "cuMemAlloc");
         goto out;
     }
@@ -755,14 +754,14 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
         return;
     const double deadline = plait_deadline(10.0);
     while (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) && !plait_deadline_passed(deadline)) {
-        if (cc->cu->MemcpyDtoH(dc, cc->dconns, sizeof(*dc) * (size_t)cc->nconn))
+        if (plait_cu_sync_copy(cc->cu, dc, (const void *)(uintptr_t)cc->dconns, sizeof(*dc) * (size_t)cc->nconn))
             break;
         int pending = 0;
         for (int i = 0; i < cc->nconn && !pending; i++) {
             if (cc->conn_proxied[(size_t)dc[i].peer * comm->ncls + comm->ncls - 1] || !dc[i].tx.head)
                 continue;
             uint64_t head = 0;
-            if (cc->cu->MemcpyDtoH(&head, (plait_cudevptr)(uintptr_t)dc[i].tx.head, sizeof(head)))
+            if (plait_cu_sync_copy(cc->cu, &head, dc[i].tx.head, sizeof(head)))
                 break;
             pending = head < dc[i].tx_posted;
         }
@@ -1509,11 +1508,12 @@ plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out,
     cc->cu->CtxGetCurrent(&prev);
     if (prev != cc->ctx)
         cc->cu->CtxSetCurrent(cc->ctx);
-    int r = cc->cu->MemcpyDtoH(w, cc->lanes_done + LANES_SC_COUNTS * sizeof(uint32_t), sizeof(w));
+    int r = plait_cu_sync_copy(cc->cu, w, (const void *)(uintptr_t)(cc->lanes_done + LANES_SC_COUNTS * sizeof(uint32_t)),
+                               sizeof(w));
     if (prev != cc->ctx)
         cc->cu->CtxSetCurrent(prev);
     if (r)
-        return cu_fail(r, "plait_cuda_sc_counts", "cuMemcpyDtoH");
+        return cu_fail(r, "plait_cuda_sc_counts", "cuMemcpyAsync");
     *sent_out = w[0];
     *received_out = w[1];
     return PLAIT_SUCCESS;

@@ -360,3 +360,29 @@ void plait_cu_capture_restore(const struct plait_cu *cu, int mode)
     if (cu && mode != PLAIT_CU_STREAM_CAPTURE_MODE_RELAXED)
         cu->ThreadExchangeStreamCaptureMode(&mode);
 }
+
+/* ---------------------------------------------------------------- setup copies */
+
+int plait_cu_sync_copy(const struct plait_cu *cu, void *dst, const void *src, size_t bytes)
+{
+    void *s = NULL;
+    int r = cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0);
+    if (r)
+        return r;
+    r = cu->MemcpyAsync((plait_cudevptr)(uintptr_t)dst, (plait_cudevptr)(uintptr_t)src, bytes, s);
+    const int r2 = cu->StreamSynchronize(s);
+    cu->StreamDestroy(s);
+    return r ? r : r2;
+}
+
+int plait_cu_sync_fill(const struct plait_cu *cu, plait_cudevptr dst, unsigned char v, size_t bytes)
+{
+    void *s = NULL;
+    int r = cu->StreamCreateWithPriority(&s, PLAIT_CU_STREAM_NON_BLOCKING, 0);
+    if (r)
+        return r;
+    r = cu->MemsetD8Async(dst, v, bytes, s);
+    const int r2 = cu->StreamSynchronize(s);
+    cu->StreamDestroy(s);
+    return r ? r : r2;
+}

@@ -133,6 +133,13 @@ struct plait_cu {
 int plait_cu_capture_relax(const struct plait_cu *cu);
 void plait_cu_capture_restore(const struct plait_cu *cu, int mode);
 
+/* Setup and teardown copies and fills, complete on return, on a private
+ * non-blocking stream of the current context: never on CUDA's legacy default
+ * stream, which waits for the application's blocking streams and breaks their
+ * graph captures. Addresses are unified (host or device). Return CUDA results. */
+int plait_cu_sync_copy(const struct plait_cu *cu, void *dst, const void *src, size_t bytes);
+int plait_cu_sync_fill(const struct plait_cu *cu, plait_cudevptr dst, unsigned char v, size_t bytes);
+
 /* The loaded driver, or NULL when there is none (no library, cuInit failed, no
  * device). Loads at most once per process (thread-safe); the first call logs
  * one INFO line: "CUDA: N device(s), driver X.Y (libcuda.so.1)", "CUDA: test
