@@ -293,9 +293,9 @@ plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm);
  * issue order even across CUDA streams (each waits for the previous one),
  * except launches captured into a CUDA graph, whose replays the user orders.
  * CUDA graph capture works: what a launch points at stays valid until the
- * communicator is destroyed (a call whose shape is first seen during a
- * capture may need device memory that a global-mode capture forbids
- * allocating: run it once before capturing). The kernel runs on the caller's
+ * communicator is destroyed; a call whose shape is first seen during a
+ * capture allocates in the thread's relaxed capture mode, so it may be
+ * captured without an eager call first. The kernel runs on the caller's
  * stream, so that stream's priority applies. A failure inside a kernel (a
  * peer that never comes within PLAIT_COLL_TIMEOUT, an abort, mismatched
  * calls) becomes the communicator's asynchronous error
