@@ -436,6 +436,32 @@ Test(cuda_host, no_host_sync_double)
 
 /* ------------------------------------------------------------------ graph capture */
 
+/* Replays a captured float sum allreduce of in into out `reps` times with
+ * fresh inputs ((rank + 1) * rep + i % 5) and checks each result: the graph's
+ * parameters must reduce the current inputs. */
+static int replay_allreduce(struct rank_env *e, void *exec, void *s, float *in, float *out, size_t n, int reps,
+                            char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    for (int rep = 1; rep <= reps; rep++) {
+        for (size_t i = 0; i < n; i++) {
+            in[i] = (float)((e->rank + 1) * rep + (int)(i % 5));
+            out[i] = -7.0f;
+        }
+        rank_barrier(e);
+        int cr;
+        if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
+            FAILF("replay %d: %d", rep, cr);
+        for (size_t i = 0; i < n; i++) {
+            const float want = (float)(rep * e->n * (e->n + 1) / 2 + e->n * (int)(i % 5));
+            if (out[i] != want)
+                FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
+        }
+        rank_barrier(e); /* nobody rewrites inputs while a peer's replay may read them */
+    }
+    return 0;
+}
+
 static int graph_rank(struct rank_env *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
@@ -463,21 +489,8 @@ static int graph_rank(struct rank_env *e, char *msg, size_t len)
         FAILF("cuGraphInstantiate: %d", cr);
     /* Nothing is destroyed, the inputs change, the graph replays: each replay
      * must reduce the current inputs with the captured parameters. */
-    for (int rep = 1; rep <= 3; rep++) {
-        for (size_t i = 0; i < n; i++) {
-            in[i] = (float)((e->rank + 1) * rep + (int)(i % 5));
-            out[i] = -7.0f;
-        }
-        rank_barrier(e);
-        if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
-            FAILF("replay %d: %d", rep, cr);
-        for (size_t i = 0; i < n; i++) {
-            float want = (float)(rep * e->n * (e->n + 1) / 2 + e->n * (int)(i % 5));
-            if (out[i] != want)
-                FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
-        }
-        rank_barrier(e); /* nobody rewrites inputs while a peer's replay may read them */
-    }
+    if (replay_allreduce(e, exec, s, in, out, n, 3, msg, len))
+        return 1;
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
     stream_close(cu, s, ps);
@@ -577,21 +590,8 @@ static int relaxed_rank(struct rank_env *e, char *msg, size_t len)
     rank_barrier(e); /* no rank's capture is still open from here on */
     if ((cr = cu->GraphInstantiate(&exec, graph, 0)))
         FAILF("cuGraphInstantiate: %d", cr);
-    for (int rep = 1; rep <= 2; rep++) {
-        for (size_t i = 0; i < n; i++) {
-            in[i] = (float)((e->rank + 1) * rep + (int)(i % 3));
-            out[i] = -1.0f;
-        }
-        rank_barrier(e);
-        if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
-            FAILF("replay %d: %d", rep, cr);
-        for (size_t i = 0; i < n; i++) {
-            const float want = (float)(rep * e->n * (e->n + 1) / 2 + e->n * (int)(i % 3));
-            if (out[i] != want)
-                FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
-        }
-        rank_barrier(e);
-    }
+    if (replay_allreduce(e, exec, s, in, out, n, 2, msg, len))
+        return 1;
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
     stream_close(cu, s, ps);
