@@ -875,6 +875,15 @@ API int plait_cuda_double_stream_hold(void *stream, int hold)
 
 /* ---------------------------------------------------------------- initialisation, devices */
 
+/* SMs per device: an H200's 132, or PLAIT_CUDA_DOUBLE_SMS (read at each query,
+ * so a test can shrink the GPU to reach plait's co-residency limits). */
+static int sm_count(void)
+{
+    const char *v = getenv("PLAIT_CUDA_DOUBLE_SMS");
+    const long n = v && *v ? strtol(v, NULL, 10) : 132;
+    return n >= 1 && n <= 1024 ? (int)n : 132;
+}
+
 static void init_once(void)
 {
     const char *n = getenv("PLAIT_CUDA_DOUBLE_DEVICES");
@@ -976,7 +985,7 @@ API int cuDeviceGetAttribute(int *v, int attr, int dev)
         *v = 1980000;
         return DBL_SUCCESS;
     case PLAIT_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-        *v = 132;
+        *v = sm_count();
         return DBL_SUCCESS;
     case 18: /* INTEGRATED */
     case 20: /* COMPUTE_MODE: default */

@@ -619,6 +619,72 @@ Test(cuda_host, capture_relaxed_double)
                  capt.end_result);
 }
 
+/* ------------------------------------------------------------------ co-residency */
+
+/* Every CTA of every rank sharing a GPU must be resident at once (they spin
+ * on each other). A GPU of 2 SMs shared by 4 ranks holds less than one CTA
+ * per rank: device calls are refused with a reason instead of hanging. */
+static int oversubscribed_rank(struct rank_env *e, char *msg, size_t len)
+{
+    float *buf = dev_alloc(e->cu, 4096);
+    plait_result_t r = plait_allreduce(buf, buf, 1024, PLAIT_FLOAT32, PLAIT_SUM, e->comm, NULL);
+    const char *why = plait_get_last_error(e->comm);
+    dev_free(e->cu, buf);
+    if (r != PLAIT_ERR_INVALID_USAGE || !strstr(why, "SMs"))
+        FAILF("allreduce on an over-subscribed GPU: %d (%s), want PLAIT_ERR_INVALID_USAGE naming the SMs", r, why);
+    return 0;
+}
+
+Test(cuda_host, oversubscribed_gpu_double)
+{
+    setenv("PLAIT_CUDA_DOUBLE_SMS", "2", 1);
+    run_ranks(4, 1, oversubscribed_rank, NULL, 40);
+    unsetenv("PLAIT_CUDA_DOUBLE_SMS");
+}
+
+/* 3 ranks on a GPU of 6 SMs: 2 resident CTAs each. Collectives are capped to
+ * 2 channels and still right; a group that sends to and receives from both
+ * peers needs 4 concurrent lanes and is refused (split, it could deadlock). */
+static int capped_rank(struct rank_env *e, char *msg, size_t len)
+{
+    const struct plait_cu *cu = e->cu;
+    const size_t n = 1 << 16;
+    float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, 2 * n * sizeof(float));
+    void *s = NULL;
+    plait_stream_t ps;
+    if (stream_open(cu, &s, &ps))
+        FAILF("stream: %s", plait_get_last_error(NULL));
+    for (size_t i = 0; i < n; i++)
+        in[i] = (float)(e->rank + 1);
+    if (plait_allreduce(in, out, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps) || cu->StreamSynchronize(s))
+        FAILF("capped allreduce: %s", plait_get_last_error(e->comm));
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != 6.0f)
+            FAILF("capped allreduce: out[%zu] = %g, want 6", i, out[i]);
+    plait_group_start();
+    for (int p = 0; p < e->n; p++)
+        if (p != e->rank) {
+            plait_send(in, n, PLAIT_FLOAT32, p, e->comm, ps);
+            plait_recv(out + (p < e->rank ? 0 : n), n, PLAIT_FLOAT32, p, e->comm, ps);
+        }
+    plait_result_t r = plait_group_end();
+    const char *why = plait_get_last_error(NULL);
+    cu->StreamSynchronize(s);
+    stream_close(cu, s, ps);
+    dev_free(cu, in);
+    dev_free(cu, out);
+    if (r != PLAIT_ERR_INVALID_USAGE || !strstr(why, "resident"))
+        FAILF("a 4-lane send/recv group with 2 resident CTAs: %d (%s), want PLAIT_ERR_INVALID_USAGE", r, why);
+    return 0;
+}
+
+Test(cuda_host, cta_share_cap_double)
+{
+    setenv("PLAIT_CUDA_DOUBLE_SMS", "6", 1);
+    run_ranks(3, 1, capped_rank, NULL, 40);
+    unsetenv("PLAIT_CUDA_DOUBLE_SMS");
+}
+
 /* ------------------------------------------------------------------ grouped calls */
 
 static struct plait_cuda_double_stats grp_before, grp_after;
