@@ -942,7 +942,8 @@ int plait_cuda_route(struct plait_comm *comm, const char *fn, const void *sendbu
     *err = PLAIT_SUCCESS;
     int ds = -1, dr = -1;
     const int ks = sendbuff ? plait_mem_kind(sendbuff, &ds) : -1;
-    const int kr = recvbuff ? plait_mem_kind(recvbuff, &dr) : -1;
+    /* In place: one driver query (this runs on every call, host ones too). */
+    const int kr = recvbuff == sendbuff ? (dr = ds, ks) : recvbuff ? plait_mem_kind(recvbuff, &dr) : -1;
     if (ks < 0 && kr < 0)
         return 0;
     if (ks >= 0 && kr >= 0 && is_gpu_kind(ks) != is_gpu_kind(kr)) {
