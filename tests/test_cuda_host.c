@@ -20,6 +20,7 @@
 #include "cuda/cu.h"
 #include "cuda_compare.h"
 #include "cuda_double.h"
+#include "cuda_ranks.h"
 #include "harness.h"
 #include "plait.h"
 
@@ -75,115 +76,16 @@ static struct plait_cuda_double_stats stats(void)
     return s;
 }
 
-/* ------------------------------------------------------------------ rank threads */
-
-struct rank_env;
-typedef int (*rank_fn)(struct rank_env *e, char *msg, size_t len);
-
-struct rank_shared {
-    int n;
-    int has_context;
-    plait_unique_id_t id;
-    rank_fn fn;
-    void *arg;
-    pthread_barrier_t barrier;
-    plait_comm_t comms[8];
-};
-
-struct rank_env {
-    struct rank_shared *sh;
-    const struct plait_cu *cu;
-    int rank, n;
-    plait_comm_t comm;
-    void *arg;
-    int result;
-    int done;
-    char msg[400];
-};
-
-static void *rank_thread(void *p)
-{
-    struct rank_env *e = p;
-    void *ctx = NULL;
-    e->result = 1;
-    if (e->sh->has_context && (e->cu->DevicePrimaryCtxRetain(&ctx, 0) || e->cu->CtxSetCurrent(ctx))) {
-        snprintf(e->msg, sizeof(e->msg), "rank %d: no context", e->rank);
-        goto out;
-    }
-    plait_result_t r = plait_comm_init_rank(&e->comm, e->n, e->sh->id, e->rank);
-    if (r) {
-        snprintf(e->msg, sizeof(e->msg), "rank %d: init: %s", e->rank, plait_get_last_error(NULL));
-        goto out;
-    }
-    e->sh->comms[e->rank] = e->comm;
-    e->result = e->sh->fn(e, e->msg, sizeof(e->msg));
-    if (e->comm)
-        plait_comm_destroy(e->comm);
-out:
-    __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* Runs fn on n rank threads (each with device 0's context when has_context),
- * each with its own communicator; fails the test on any rank's failure or
- * when a rank overruns timeout_s. */
-static void run_ranks(int n, int has_context, rank_fn fn, void *arg, double timeout_s)
-{
-    const struct plait_cu *cu = driver();
-    struct rank_shared sh;
-    struct rank_env env[8];
-    pthread_t tid[8];
-    memset(&sh, 0, sizeof(sh));
-    memset(env, 0, sizeof(env));
-    sh.n = n;
-    sh.has_context = has_context;
-    sh.fn = fn;
-    sh.arg = arg;
-    pthread_barrier_init(&sh.barrier, NULL, (unsigned)n);
-    cr_assert_eq(plait_get_unique_id(&sh.id), PLAIT_SUCCESS);
-    for (int r = 0; r < n; r++) {
-        env[r] = (struct rank_env){&sh, cu, r, n, NULL, arg, 1, 0, ""};
-        cr_assert_eq(pthread_create(&tid[r], NULL, rank_thread, &env[r]), 0);
-    }
-    const double deadline = mr_now() + timeout_s;
-    for (int r = 0; r < n; r++) {
-        while (!__atomic_load_n(&env[r].done, __ATOMIC_ACQUIRE)) {
-            /* A stuck rank cannot be joined: the test process ends here. */
-            cr_assert(mr_now() < deadline, "rank %d still running after %.0f s", r, timeout_s);
-            usleep(2000);
-        }
-        pthread_join(tid[r], NULL);
-    }
-    for (int r = 0; r < n; r++)
-        cr_expect_eq(env[r].result, 0, "rank %d: %s", r, env[r].msg);
-    pthread_barrier_destroy(&sh.barrier);
-}
-
-static void rank_barrier(struct rank_env *e)
-{
-    pthread_barrier_wait(&e->sh->barrier);
-}
+/* ------------------------------------------------------------------ rank threads (cuda_ranks.c) */
 
 /* Rank 0 takes the double's counters while every rank waits, so that none
  * is inside a call meanwhile. */
-static void rank0_stats(struct rank_env *e, struct plait_cuda_double_stats *out)
+static void rank0_stats(struct cuda_rank *e, struct plait_cuda_double_stats *out)
 {
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     if (e->rank == 0)
         *out = stats();
-    rank_barrier(e);
-}
-
-/* A non-blocking CUDA stream and plait's handle for it; nonzero on failure. */
-static int stream_open(const struct plait_cu *cu, void **s, plait_stream_t *ps)
-{
-    return cu->StreamCreateWithPriority(s, PLAIT_CU_STREAM_NON_BLOCKING, 0) || plait_stream_from_cuda(*s, ps);
-}
-
-static void stream_close(const struct plait_cu *cu, void *s, plait_stream_t ps)
-{
-    plait_stream_destroy(ps);
-    cu->StreamDestroy(s);
+    cuda_rank_barrier(e);
 }
 
 #define FAILF(...)                                  \
@@ -307,7 +209,7 @@ Test(cuda_host, no_context_double)
 
 enum { ORDER_N = 1 << 16 };
 
-static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
+static int stream_order_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     void *s = NULL;
@@ -318,7 +220,7 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
         in[i] = (float)(e->rank + 1);
         out[i] = -1.0f;
     }
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (plait_cuda_double_stream_hold(s, 1))
         FAILF("plait_cuda_double_stream_hold failed");
@@ -329,7 +231,7 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
     usleep(50 * 1000);
     if (out[0] != -1.0f || out[ORDER_N - 1] != -1.0f)
         FAILF("the output changed while the stream was held (out[0] = %g)", out[0]);
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     plait_cuda_double_stream_hold(s, 0);
     int cr = cu->StreamSynchronize(s);
     if (cr)
@@ -338,7 +240,7 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
     for (int i = 0; i < ORDER_N; i++)
         if (out[i] != want)
             FAILF("after cuStreamSynchronize out[%d] = %g, want %g", i, out[i], want);
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     return 0;
@@ -346,13 +248,13 @@ static int stream_order_rank(struct rank_env *e, char *msg, size_t len)
 
 Test(cuda_host, stream_order_double)
 {
-    run_ranks(2, 1, stream_order_rank, NULL, 40);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, stream_order_rank, NULL, 40);
 }
 
 /* NULL stream with device buffers: CUDA's default stream, asynchronous too.
  * One rank: ranks that share a GPU must not share a stream (their kernels
  * would run one after the other, each waiting for the next). */
-static int default_stream_rank(struct rank_env *e, char *msg, size_t len)
+static int default_stream_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     int *in = dev_alloc(cu, 1024 * sizeof(int)), *out = dev_alloc(cu, 1024 * sizeof(int));
@@ -381,14 +283,14 @@ static int default_stream_rank(struct rank_env *e, char *msg, size_t len)
 
 Test(cuda_host, default_stream_double)
 {
-    run_ranks(1, 1, default_stream_rank, NULL, 40);
+    cuda_run_ranks(1, CUDA_RANKS_CONTEXT, default_stream_rank, NULL, 40);
 }
 
 /* ------------------------------------------------------------------ no host sync on the hot path */
 
 static struct plait_cuda_double_stats hot_before, hot_after;
 
-static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
+static int hot_path_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     void *s = NULL;
@@ -397,7 +299,7 @@ static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
     float *a = dev_alloc(cu, n * sizeof(float)), *b = dev_alloc(cu, n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         a[i] = 1.0f;
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     /* Warm-up: whatever a first call sets up (plans, connections) happens here. */
     if (plait_allreduce(a, b, n, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps) || cu->StreamSynchronize(s))
@@ -414,7 +316,7 @@ static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
     for (size_t i = 0; i < n; i++)
         if (a[i] != 1.0f || b[i] != 1.0f)
             FAILF("a[%zu] = %g, b[%zu] = %g, want 1", i, a[i], i, b[i]);
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, a);
     dev_free(cu, b);
     return 0;
@@ -422,7 +324,7 @@ static int hot_path_rank(struct rank_env *e, char *msg, size_t len)
 
 Test(cuda_host, no_host_sync_double)
 {
-    run_ranks(2, 1, hot_path_rank, NULL, 40);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, hot_path_rank, NULL, 40);
     cr_expect_eq(hot_after.syncs - hot_before.syncs, 0, "40 device calls made %llu host synchronisations",
                  (unsigned long long)(hot_after.syncs - hot_before.syncs));
     cr_expect_eq(hot_after.allocs - hot_before.allocs, 0, "40 device calls made %llu allocations",
@@ -439,7 +341,7 @@ Test(cuda_host, no_host_sync_double)
 /* Replays a captured float sum allreduce of in into out `reps` times with
  * fresh inputs ((rank + 1) * rep + i % 5) and checks each result: the graph's
  * parameters must reduce the current inputs. */
-static int replay_allreduce(struct rank_env *e, void *exec, void *s, float *in, float *out, size_t n, int reps,
+static int replay_allreduce(struct cuda_rank *e, void *exec, void *s, float *in, float *out, size_t n, int reps,
                             char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
@@ -448,7 +350,7 @@ static int replay_allreduce(struct rank_env *e, void *exec, void *s, float *in, 
             in[i] = (float)((e->rank + 1) * rep + (int)(i % 5));
             out[i] = -7.0f;
         }
-        rank_barrier(e);
+        cuda_rank_barrier(e);
         int cr;
         if ((cr = cu->GraphLaunch(exec, s)) || (cr = cu->StreamSynchronize(s)))
             FAILF("replay %d: %d", rep, cr);
@@ -457,19 +359,19 @@ static int replay_allreduce(struct rank_env *e, void *exec, void *s, float *in, 
             if (out[i] != want)
                 FAILF("replay %d: out[%zu] = %g, want %g", rep, i, out[i], want);
         }
-        rank_barrier(e); /* nobody rewrites inputs while a peer's replay may read them */
+        cuda_rank_barrier(e); /* nobody rewrites inputs while a peer's replay may read them */
     }
     return 0;
 }
 
-static int graph_rank(struct rank_env *e, char *msg, size_t len)
+static int graph_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     void *s = NULL, *graph = NULL, *exec = NULL;
     plait_stream_t ps;
     const size_t n = 3000;
     float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, n * sizeof(float));
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     for (size_t i = 0; i < n; i++)
         in[i] = 1.0f;
@@ -493,7 +395,7 @@ static int graph_rank(struct rank_env *e, char *msg, size_t len)
         return 1;
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     return 0;
@@ -501,7 +403,7 @@ static int graph_rank(struct rank_env *e, char *msg, size_t len)
 
 Test(cuda_host, graph_capture_double)
 {
-    run_ranks(2, 1, graph_rank, NULL, 50);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, graph_rank, NULL, 50);
 }
 
 /* ------------------------------------------------------------------ capture modes */
@@ -553,12 +455,12 @@ static void *capturer(void *arg)
     return NULL;
 }
 
-static int relaxed_rank(struct rank_env *e, char *msg, size_t len)
+static int relaxed_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     /* The communicator was made while the capture ran; end it now (every
      * rank's init is done), before this test's own unsafe calls. */
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     if (e->rank == 0) {
         pthread_mutex_lock(&capt.lock);
         capt.end = 1;
@@ -567,16 +469,16 @@ static int relaxed_rank(struct rank_env *e, char *msg, size_t len)
             pthread_cond_wait(&capt.cond, &capt.lock);
         pthread_mutex_unlock(&capt.lock);
     }
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     const size_t n = 5000;
     float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, n * sizeof(float));
     void *s = NULL, *graph = NULL, *exec = NULL;
     plait_stream_t ps;
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     /* Every rank's own unsafe calls (the allocations above) are done before
      * any rank begins its global-mode capture, which forbids them. */
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     /* No eager call: the one-shot's scratch is first allocated inside the capture. */
     int cr = cu->StreamBeginCapture(s, PLAIT_CU_STREAM_CAPTURE_MODE_GLOBAL);
     if (cr)
@@ -587,14 +489,14 @@ static int relaxed_rank(struct rank_env *e, char *msg, size_t len)
         FAILF("a first call captured in global mode: %s", plait_get_last_error(e->comm));
     if (cr || !graph)
         FAILF("cuStreamEndCapture: %d (the capture was invalidated)", cr);
-    rank_barrier(e); /* no rank's capture is still open from here on */
+    cuda_rank_barrier(e); /* no rank's capture is still open from here on */
     if ((cr = cu->GraphInstantiate(&exec, graph, 0)))
         FAILF("cuGraphInstantiate: %d", cr);
     if (replay_allreduce(e, exec, s, in, out, n, 2, msg, len))
         return 1;
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     return 0;
@@ -611,7 +513,7 @@ Test(cuda_host, capture_relaxed_double)
         pthread_cond_wait(&capt.cond, &capt.lock);
     pthread_mutex_unlock(&capt.lock);
     cr_assert_eq(capt.begin_result, 0, "the other thread's capture did not begin (%d)", capt.begin_result);
-    run_ranks(2, 1, relaxed_rank, NULL, 50);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, relaxed_rank, NULL, 50);
     pthread_join(t, NULL);
     unsetenv("PLAIT_ALGO");
     cr_expect_eq(capt.end_result, 0,
@@ -624,7 +526,7 @@ Test(cuda_host, capture_relaxed_double)
 /* Every CTA of every rank sharing a GPU must be resident at once (they spin
  * on each other). A GPU of 2 SMs shared by 4 ranks holds less than one CTA
  * per rank: device calls are refused with a reason instead of hanging. */
-static int oversubscribed_rank(struct rank_env *e, char *msg, size_t len)
+static int oversubscribed_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     float *buf = dev_alloc(e->cu, 4096);
     plait_result_t r = plait_allreduce(buf, buf, 1024, PLAIT_FLOAT32, PLAIT_SUM, e->comm, NULL);
@@ -638,21 +540,21 @@ static int oversubscribed_rank(struct rank_env *e, char *msg, size_t len)
 Test(cuda_host, oversubscribed_gpu_double)
 {
     setenv("PLAIT_CUDA_DOUBLE_SMS", "2", 1);
-    run_ranks(4, 1, oversubscribed_rank, NULL, 40);
+    cuda_run_ranks(4, CUDA_RANKS_CONTEXT, oversubscribed_rank, NULL, 40);
     unsetenv("PLAIT_CUDA_DOUBLE_SMS");
 }
 
 /* 3 ranks on a GPU of 6 SMs: 2 resident CTAs each. Collectives are capped to
  * 2 channels and still right; a group that sends to and receives from both
  * peers needs 4 concurrent lanes and is refused (split, it could deadlock). */
-static int capped_rank(struct rank_env *e, char *msg, size_t len)
+static int capped_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     const size_t n = 1 << 16;
     float *in = dev_alloc(cu, n * sizeof(float)), *out = dev_alloc(cu, 2 * n * sizeof(float));
     void *s = NULL;
     plait_stream_t ps;
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     for (size_t i = 0; i < n; i++)
         in[i] = (float)(e->rank + 1);
@@ -670,7 +572,7 @@ static int capped_rank(struct rank_env *e, char *msg, size_t len)
     plait_result_t r = plait_group_end();
     const char *why = plait_get_last_error(NULL);
     cu->StreamSynchronize(s);
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, in);
     dev_free(cu, out);
     if (r != PLAIT_ERR_INVALID_USAGE || !strstr(why, "resident"))
@@ -681,7 +583,7 @@ static int capped_rank(struct rank_env *e, char *msg, size_t len)
 Test(cuda_host, cta_share_cap_double)
 {
     setenv("PLAIT_CUDA_DOUBLE_SMS", "6", 1);
-    run_ranks(3, 1, capped_rank, NULL, 40);
+    cuda_run_ranks(3, CUDA_RANKS_CONTEXT, capped_rank, NULL, 40);
     unsetenv("PLAIT_CUDA_DOUBLE_SMS");
 }
 
@@ -689,7 +591,7 @@ Test(cuda_host, cta_share_cap_double)
 
 static struct plait_cuda_double_stats grp_before, grp_after;
 
-static int group_rank(struct rank_env *e, char *msg, size_t len)
+static int group_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     void *s = NULL;
@@ -703,7 +605,7 @@ static int group_rank(struct rank_env *e, char *msg, size_t len)
         sb[i] = (uint32_t)(e->rank * 0x10000000u + i);
         rb[i] = 0xdeadbeef;
     }
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     rank0_stats(e, &grp_before);
     plait_result_t r0 = plait_group_start();
@@ -720,7 +622,7 @@ static int group_rank(struct rank_env *e, char *msg, size_t len)
     for (size_t i = 0; i < n; i++)
         if (rb[i] != (uint32_t)(peer * 0x10000000u + i))
             FAILF("rb[%zu] = 0x%x, want 0x%x", i, rb[i], (uint32_t)(peer * 0x10000000u + i));
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, sb);
     dev_free(cu, rb);
     return 0;
@@ -728,7 +630,7 @@ static int group_rank(struct rank_env *e, char *msg, size_t len)
 
 Test(cuda_host, group_launch_double)
 {
-    run_ranks(2, 1, group_rank, NULL, 50);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, group_rank, NULL, 50);
     cr_expect_eq(grp_after.launches - grp_before.launches, 2,
                  "a group of send + recv on 2 ranks made %llu kernel launches, want 1 per rank",
                  (unsigned long long)(grp_after.launches - grp_before.launches));
@@ -736,32 +638,32 @@ Test(cuda_host, group_launch_double)
 
 /* ------------------------------------------------------------------ abort */
 
-static int abort_rank(struct rank_env *e, char *msg, size_t len)
+static int abort_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     float *buf = dev_alloc(cu, 1 << 20);
     void *s = NULL;
     plait_stream_t ps;
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (e->rank == 1) {
         /* The peer never joins: rank 0's kernel waits for it until the abort. */
-        rank_barrier(e);
-        rank_barrier(e);
+        cuda_rank_barrier(e);
+        cuda_rank_barrier(e);
     } else {
         for (int i = 0; i < (1 << 18); i++)
             buf[i] = 1.0f;
         plait_result_t r = plait_allreduce(buf, buf, 1 << 18, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps);
         if (r)
             FAILF("allreduce: %s", plait_get_last_error(e->comm));
-        rank_barrier(e);
+        cuda_rank_barrier(e);
         usleep(200 * 1000);
         double t0 = mr_now();
         plait_result_t ar = plait_comm_abort(e->comm);
         e->comm = NULL; /* freed by the abort */
         int cr = cu->StreamSynchronize(s);
         double waited = mr_now() - t0;
-        rank_barrier(e);
+        cuda_rank_barrier(e);
         if (ar)
             FAILF("plait_comm_abort: %d", ar);
         if (waited > 10)
@@ -771,25 +673,25 @@ static int abort_rank(struct rank_env *e, char *msg, size_t len)
         printf("abort_double: the device wait ended %.3f s after plait_comm_abort (cuStreamSynchronize %d)\n",
                waited, cr);
     }
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, buf);
     return 0;
 }
 
 Test(cuda_host, abort_double)
 {
-    run_ranks(2, 1, abort_rank, NULL, 40);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, abort_rank, NULL, 40);
 }
 
 /* A kernel wait that passes PLAIT_COLL_TIMEOUT becomes the communicator's
  * asynchronous error. */
-static int timeout_rank(struct rank_env *e, char *msg, size_t len)
+static int timeout_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const struct plait_cu *cu = e->cu;
     float *buf = dev_alloc(cu, 4096);
     void *s = NULL;
     plait_stream_t ps;
-    if (stream_open(cu, &s, &ps))
+    if (cuda_stream_open(cu, &s, &ps))
         FAILF("stream: %s", plait_get_last_error(NULL));
     if (e->rank == 0) {
         if (plait_allreduce(buf, buf, 1024, PLAIT_FLOAT32, PLAIT_SUM, e->comm, ps))
@@ -805,12 +707,12 @@ static int timeout_rank(struct rank_env *e, char *msg, size_t len)
         plait_comm_abort(e->comm);
         e->comm = NULL;
     }
-    rank_barrier(e);
+    cuda_rank_barrier(e);
     if (e->rank == 1) {
         plait_comm_abort(e->comm);
         e->comm = NULL;
     }
-    stream_close(cu, s, ps);
+    cuda_stream_close(cu, s, ps);
     dev_free(cu, buf);
     return 0;
 }
@@ -818,7 +720,7 @@ static int timeout_rank(struct rank_env *e, char *msg, size_t len)
 Test(cuda_host, coll_timeout_double)
 {
     setenv("PLAIT_COLL_TIMEOUT", "1", 1);
-    run_ranks(2, 1, timeout_rank, NULL, 40);
+    cuda_run_ranks(2, CUDA_RANKS_CONTEXT, timeout_rank, NULL, 40);
 }
 
 /* ------------------------------------------------------------------ device == CPU backend */

@@ -17,6 +17,7 @@
 #include "../src/cuda/cu.h"
 #include "../src/cuda/cuda.h"
 #include "cuda_double.h"
+#include "cuda_ranks.h"
 #include "harness.h"
 #include "plait.h"
 
@@ -24,7 +25,6 @@
 #error "PLAIT_CUDA_DOUBLE_PATH (the double's path) comes from tests/meson.build"
 #endif
 
-#define MAXR 4
 #define COUNT ((size_t)(1u << 20) + 3) /* elements per rank: ~1M, not a multiple of anything */
 
 static void setup_double(void)
@@ -52,28 +52,16 @@ TestSuite(cuda_sc, .init = setup_double, .timeout = 240);
 enum { IN_WINDOW = 0, OUTSIDE_WINDOW = 1 };
 enum { WANT_NONE = 0, WANT_SOME = 1, WANT_ANY = 2 };
 
-struct rank_env;
-typedef int (*rank_fn)(struct rank_env *e, char *msg, size_t len);
-
-struct shared {
-    int n;
-    plait_unique_id_t id;
-    pthread_barrier_t barrier;
-    rank_fn fn;
-    int placement;   /* IN_WINDOW, OUTSIDE_WINDOW */
-    int want;        /* WANT_SOME: descriptors must be received where the rules allow them */
+/* What every rank of a run reads (cuda_run_ranks' arg). */
+struct sc_run {
+    int placement; /* IN_WINDOW, OUTSIDE_WINDOW */
+    int want;      /* WANT_SOME: descriptors must be received where the rules allow them */
 };
 
-struct rank_env {
-    struct shared *sh;
-    const struct plait_cu *cu;
-    int rank, n;
-    plait_comm_t comm;
-    void *stream;
-    plait_stream_t ps;
-    int result, done;
-    char msg[512];
-};
+static const struct sc_run *run_of(const struct cuda_rank *e)
+{
+    return e->arg;
+}
 
 #define FAILF(...)                       \
     do {                                 \
@@ -81,67 +69,10 @@ struct rank_env {
         return 1;                        \
     } while (0)
 
-static void *rank_thread(void *p)
+static void run_ranks(int n, cuda_rank_fn fn, int placement, int want)
 {
-    struct rank_env *e = p;
-    void *ctx = NULL;
-    e->result = 1;
-    if (e->cu->DevicePrimaryCtxRetain(&ctx, 0) || e->cu->CtxSetCurrent(ctx)) {
-        snprintf(e->msg, sizeof(e->msg), "rank %d: no context", e->rank);
-        goto out;
-    }
-    if (plait_comm_init_rank(&e->comm, e->n, e->sh->id, e->rank)) {
-        snprintf(e->msg, sizeof(e->msg), "rank %d: init: %s", e->rank, plait_get_last_error(NULL));
-        goto out;
-    }
-    if (e->cu->StreamCreateWithPriority(&e->stream, PLAIT_CU_STREAM_NON_BLOCKING, 0) ||
-        plait_stream_from_cuda(e->stream, &e->ps)) {
-        snprintf(e->msg, sizeof(e->msg), "rank %d: stream: %s", e->rank, plait_get_last_error(NULL));
-        goto out_comm;
-    }
-    e->result = e->sh->fn(e, e->msg, sizeof(e->msg));
-    plait_stream_destroy(e->ps);
-    e->cu->StreamDestroy(e->stream);
-out_comm:
-    plait_comm_destroy(e->comm);
-out:
-    __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-static void run_ranks(int n, rank_fn fn, int placement, int want)
-{
-    const struct plait_cu *cu = plait_cu_get();
-    cr_assert(cu && cu->is_double, "plait did not load the test double %s", PLAIT_CUDA_DOUBLE_PATH);
-    struct shared sh;
-    struct rank_env env[MAXR];
-    pthread_t tid[MAXR];
-    memset(&sh, 0, sizeof(sh));
-    memset(env, 0, sizeof(env));
-    sh.n = n;
-    sh.fn = fn;
-    sh.placement = placement;
-    sh.want = want;
-    pthread_barrier_init(&sh.barrier, NULL, (unsigned)n);
-    cr_assert_eq(plait_get_unique_id(&sh.id), PLAIT_SUCCESS);
-    for (int r = 0; r < n; r++) {
-        env[r].sh = &sh;
-        env[r].cu = cu;
-        env[r].rank = r;
-        env[r].n = n;
-        cr_assert_eq(pthread_create(&tid[r], NULL, rank_thread, &env[r]), 0);
-    }
-    const double deadline = mr_now() + 200;
-    for (int r = 0; r < n; r++) {
-        while (!__atomic_load_n(&env[r].done, __ATOMIC_ACQUIRE)) {
-            cr_assert(mr_now() < deadline, "rank %d still running after 200 s", r); /* a hang: the process ends */
-            usleep(2000);
-        }
-        pthread_join(tid[r], NULL);
-    }
-    for (int r = 0; r < n; r++)
-        cr_expect_eq(env[r].result, 0, "rank %d: %s", r, env[r].msg);
-    pthread_barrier_destroy(&sh.barrier);
+    struct sc_run run = {placement, want};
+    cuda_run_ranks(n, CUDA_RANKS_CONTEXT | CUDA_RANKS_STREAM, fn, &run, 200);
 }
 
 /* Device memory for the buffers: one window holding [send | recv], or (for
@@ -152,7 +83,7 @@ struct bufs {
     plait_window_t win;
 };
 
-static int bufs_get(struct rank_env *e, size_t bytes, struct bufs *b, char *msg, size_t len)
+static int bufs_get(struct cuda_rank *e, size_t bytes, struct bufs *b, char *msg, size_t len)
 {
     plait_cudevptr m = 0, o = 0;
     memset(b, 0, sizeof(*b));
@@ -160,14 +91,14 @@ static int bufs_get(struct rank_env *e, size_t bytes, struct bufs *b, char *msg,
         FAILF("rank %d: cuMemAlloc(%zu) failed", e->rank, bytes);
     b->mem = (char *)(uintptr_t)m;
     b->other = (char *)(uintptr_t)o;
-    void *wbase = e->sh->placement == IN_WINDOW ? (void *)b->mem : (void *)b->other;
-    size_t wbytes = e->sh->placement == IN_WINDOW ? bytes : 4096;
+    void *wbase = run_of(e)->placement == IN_WINDOW ? (void *)b->mem : (void *)b->other;
+    size_t wbytes = run_of(e)->placement == IN_WINDOW ? bytes : 4096;
     if (plait_comm_window_register(e->comm, wbase, wbytes, PLAIT_WIN_COLL_SYMMETRIC, &b->win))
         FAILF("rank %d: plait_comm_window_register: %s", e->rank, plait_get_last_error(NULL));
     return 0;
 }
 
-static void bufs_put(struct rank_env *e, struct bufs *b)
+static void bufs_put(struct cuda_rank *e, struct bufs *b)
 {
     if (b->win)
         plait_comm_window_deregister(e->comm, b->win);
@@ -176,7 +107,7 @@ static void bufs_put(struct rank_env *e, struct bufs *b)
 }
 
 /* Descriptors this rank has received so far. */
-static int received(struct rank_env *e, uint64_t *out, char *msg, size_t len)
+static int received(struct cuda_rank *e, uint64_t *out, char *msg, size_t len)
 {
     uint64_t sent = 0;
     if (plait_cuda_sc_counts(e->comm, &sent, out))
@@ -198,7 +129,7 @@ static void fill(void *p, int dtype, size_t count, int rank, int salt)
 /* One collective on device buffers and the same on host buffers (the CPU
  * backend); the results must be the same bits. sc_ok: the rules allow
  * descriptors for this case (float avg pre-multiplies what it sends first). */
-static int one_case(struct rank_env *e, struct bufs *b, int is_allgather, int dtype, int op, int inplace, int sc_ok,
+static int one_case(struct cuda_rank *e, struct bufs *b, int is_allgather, int dtype, int op, int inplace, int sc_ok,
                     char *msg, size_t len)
 {
     const int n = e->n, me = e->rank;
@@ -221,7 +152,7 @@ static int one_case(struct rank_env *e, struct bufs *b, int is_allgather, int dt
     uint64_t before = 0, after = 0;
     if (received(e, &before, msg, len))
         goto out;
-    pthread_barrier_wait(&e->sh->barrier);
+    cuda_rank_barrier(e);
     plait_result_t r = is_allgather ? plait_allgather(send, recv, cnt, dtype, e->comm, e->ps)
                                     : plait_allreduce(send, recv, cnt, dtype, op, e->comm, e->ps);
     if (r) {
@@ -255,11 +186,11 @@ static int one_case(struct rank_env *e, struct bufs *b, int is_allgather, int dt
             goto out;
         }
     const uint64_t got = after - before;
-    if (e->sh->want == WANT_SOME && sc_ok && got == 0) {
+    if (run_of(e)->want == WANT_SOME && sc_ok && got == 0) {
         snprintf(msg, len, "rank %d: %s%s used no single-copy descriptor", me, what, inplace ? " in place" : "");
         goto out;
     }
-    if ((e->sh->want == WANT_NONE || (e->sh->want == WANT_SOME && !sc_ok)) && got != 0) {
+    if ((run_of(e)->want == WANT_NONE || (run_of(e)->want == WANT_SOME && !sc_ok)) && got != 0) {
         snprintf(msg, len, "rank %d: %s%s received %llu single-copy descriptors, want none", me, what,
                  inplace ? " in place" : "", (unsigned long long)got);
         goto out;
@@ -274,7 +205,7 @@ out:
     return rc;
 }
 
-static int colls_rank(struct rank_env *e, char *msg, size_t len)
+static int colls_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     struct bufs b;
     const size_t bytes = COUNT * 4 * (size_t)(1 + e->n);
@@ -337,7 +268,7 @@ Test(cuda_sc, outside_window_double)
 
 /* A group of send + recv between window buffers, 4 MiB each way (eight
  * times the FIFO): both sides go as descriptors. */
-static int sendrecv_rank(struct rank_env *e, char *msg, size_t len)
+static int sendrecv_rank(struct cuda_rank *e, char *msg, size_t len)
 {
     const size_t cnt = (4u << 20) / 4;
     struct bufs b;
@@ -353,7 +284,7 @@ static int sendrecv_rank(struct rank_env *e, char *msg, size_t len)
     uint64_t before = 0, after = 0;
     if (received(e, &before, msg, len))
         goto out;
-    pthread_barrier_wait(&e->sh->barrier);
+    cuda_rank_barrier(e);
     plait_result_t r0 = plait_group_start();
     plait_result_t r1 = plait_send(sb, cnt, PLAIT_UINT32, to, e->comm, e->ps);
     plait_result_t r2 = plait_recv(rb, cnt, PLAIT_UINT32, from, e->comm, e->ps);
