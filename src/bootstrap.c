@@ -52,15 +52,23 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
 
 /* Beyond any job we expect; bounds what an (authenticated) hello can make the root allocate. */
 #define BS_MAX_RANKS (1 << 20)
-/* An accepted connection must finish the handshake and its hello within this
- * time, however long the overall deadline: a legitimate peer needs milliseconds,
- * and a silent one must not hold a slot for ever. */
+/* A connection to the root or to our own ring listener must finish the
+ * handshake and its hello within this time after we accept it. A legitimate
+ * peer is waiting for our challenge and needs a few round trips; a silent one
+ * must not keep a descriptor for long. */
+#define BS_PENDING_S 2.0
+/* Deadline for our own connection to a successor that does not answer. */
 #define BS_HANDSHAKE_S 10.0
-/* Connections being authenticated at once. The root must take a whole job's
- * burst of arrivals; a rank expects only its predecessor. When full, further
- * peers wait in the listen backlog. */
-#define BS_ROOT_MAX_PENDING 1024
-#define BS_RANK_MAX_PENDING 64
+/* Connections being authenticated at once, by the root and by a rank alike
+ * (one mechanism, struct bs_acceptor): enough for a whole job's burst of
+ * arrivals at the root. Beyond it, or when descriptors run out, the oldest
+ * pending connection is dropped for the new one, but only once it has been
+ * pending for BS_EVICT_AGE_S: a legitimate peer answers our challenge within
+ * milliseconds, so what is still silent by then is most likely hostile, and a
+ * burst of real ranks is never dropped for being many. Until then further
+ * arrivals wait in the listen backlog. */
+#define BS_MAX_PENDING 1024
+#define BS_EVICT_AGE_S 0.1
 #define BS_SLICE_MS 100
 
 enum bs_hello_type { BS_HELLO_REGISTER = 1, BS_HELLO_RING = 2 };
@@ -280,6 +288,7 @@ struct bs_conn {
     uint8_t buf[64];             /* the message being sent or received */
     uint8_t hello[BS_HELLO_BYTES]; /* to send (connecting side) or received (accepting side) */
     struct plait_auth auth;
+    double accepted_at;          /* accepting side: when we accepted it */
     double handshake_deadline;
     int err;                     /* errno of a failed send/recv */
     const char *why;             /* why it failed, for the log */
@@ -304,7 +313,8 @@ static plait_result_t conn_start_server(struct bs_conn *c, int fd, const char *p
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->state = BS_CONN_SEND_CHALLENGE;
     c->len = PLAIT_AUTH_CHALLENGE_BYTES;
-    c->handshake_deadline = plait_now() + BS_HANDSHAKE_S;
+    c->accepted_at = plait_now();
+    c->handshake_deadline = c->accepted_at + BS_PENDING_S;
     return plait_auth_server_challenge(&c->auth, c->buf);
 }
 
@@ -406,11 +416,19 @@ static enum bs_conn_progress conn_advance(struct bs_conn *c, const uint8_t secre
 
 /* ---------------------------------------------------------------- acceptor
  *
- * A listening socket plus the accepted connections still in their handshake.
- * Whoever owns it builds the poll set with acceptor_fill(), then calls
- * acceptor_service() with the results; a connection that completes its hello is
- * handed to on_hello, which takes the fd (returns 1) or rejects it (returns 0:
- * the acceptor closes it). */
+ * A listening socket plus the accepted connections still in their handshake,
+ * the one mechanism behind the root's listener and each rank's. Whoever owns it
+ * builds the poll set with acceptor_fill(), polls for at most acceptor_poll_ms(),
+ * then calls acceptor_service() with the results; a connection that completes
+ * its hello is handed to on_hello, which takes the fd (returns 1) or rejects it
+ * (returns 0: the acceptor closes it).
+ *
+ * Nothing here blocks: each connection is a bs_conn state machine, so any
+ * number of silent or slow peers cost a descriptor and a slot each, never time.
+ * The slots are bounded (BS_MAX_PENDING, and the process's descriptors); when
+ * they run out the oldest pending connection makes room (see BS_EVICT_AGE_S), so
+ * a legitimate peer queued behind hundreds of idle connections is reached in
+ * one pass over the backlog instead of one handshake deadline per batch. */
 
 struct bs_acceptor {
     int listen_fd;
@@ -419,24 +437,26 @@ struct bs_acceptor {
     struct bs_conn *conns;
     int count;
     int max;
-    double resume_accept_at; /* after EMFILE and friends, pause accepting briefly */
+    int high;                /* most slots ever used: what fini must clear */
+    long evicted;            /* connections dropped to make room, logged once by fini */
+    double resume_accept_at; /* accepting paused until then (no room yet, or accept failing) */
     int (*on_hello)(void *ctx, struct bs_conn *c);
     void *ctx;
 };
 
 static plait_result_t acceptor_init(struct bs_acceptor *a, int listen_fd, const uint8_t *secret, const char *who,
-                                    int max, int (*on_hello)(void *, struct bs_conn *), void *ctx)
+                                    int (*on_hello)(void *, struct bs_conn *), void *ctx)
 {
     memset(a, 0, sizeof(*a));
     a->listen_fd = listen_fd;
     a->secret = secret;
     a->who = who;
-    a->max = max;
+    a->max = BS_MAX_PENDING;
     a->on_hello = on_hello;
     a->ctx = ctx;
-    a->conns = calloc((size_t)max, sizeof(*a->conns));
+    a->conns = calloc((size_t)a->max, sizeof(*a->conns));
     if (!a->conns)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %d pending connections", who, max);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %d pending connections", who, a->max);
     return PLAIT_SUCCESS;
 }
 
@@ -445,8 +465,13 @@ static void acceptor_fini(struct bs_acceptor *a)
 {
     for (int i = 0; i < a->count; i++)
         close(a->conns[i].fd);
+    if (a->evicted)
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+                   "%s: dropped %ld connections that had not authenticated within %.1f s to make room for newer "
+                   "ones (more than %d pending, or out of descriptors)",
+                   a->who, a->evicted, BS_EVICT_AGE_S, a->max);
     if (a->conns)
-        explicit_bzero(a->conns, (size_t)a->max * sizeof(*a->conns));
+        explicit_bzero(a->conns, (size_t)a->high * sizeof(*a->conns));
     free(a->conns);
     a->conns = NULL;
     a->count = 0;
@@ -471,15 +496,67 @@ static void acceptor_drop(struct bs_acceptor *a, int i, const char *why)
     acceptor_remove(a, i, 1);
 }
 
+/* Whether the peer has shown anything of a handshake: sent a byte of its
+ * answer, or got past it. Such connections go last when room is needed. */
+static int conn_has_progress(const struct bs_conn *c)
+{
+    return c->state != BS_CONN_SEND_CHALLENGE && !(c->state == BS_CONN_RECV_ANSWER && c->off == 0);
+}
+
+/* The connection to drop when room is needed: the oldest that has shown no
+ * progress, else the oldest. -1 when none is pending. */
+static int acceptor_oldest(const struct bs_acceptor *a)
+{
+    int best = -1;
+    for (int i = 0; i < a->count; i++) {
+        const struct bs_conn *c = &a->conns[i], *b = best >= 0 ? &a->conns[best] : NULL;
+        if (!b || conn_has_progress(b) > conn_has_progress(c) ||
+            (conn_has_progress(b) == conn_has_progress(c) && c->accepted_at < b->accepted_at))
+            best = i;
+    }
+    return best;
+}
+
+/* Makes room for one more connection by dropping the oldest pending one, if it
+ * has been pending for BS_EVICT_AGE_S. Returns 1 if room was made; otherwise
+ * pauses accepting until the oldest is old enough (or, with nothing pending,
+ * for one slice: the lack of descriptors is someone else's) and returns 0. */
+static int acceptor_make_room(struct bs_acceptor *a, double now)
+{
+    int i = acceptor_oldest(a);
+    if (i < 0) {
+        a->resume_accept_at = now + BS_SLICE_MS * 1e-3;
+        return 0;
+    }
+    if (now - a->conns[i].accepted_at < BS_EVICT_AGE_S) {
+        a->resume_accept_at = a->conns[i].accepted_at + BS_EVICT_AGE_S;
+        return 0;
+    }
+    PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: dropped connection from %s, silent for %.2f s, to make room", a->who,
+                a->conns[i].peer, now - a->conns[i].accepted_at);
+    a->evicted++;
+    acceptor_remove(a, i, 1);
+    return 1;
+}
+
 /* Slots [0] = listener (fd -1 when not accepting), then one per connection.
  * Returns the number of entries written. */
 static nfds_t acceptor_fill(const struct bs_acceptor *a, struct pollfd *pfds, int is_accepting)
 {
-    int can_accept = is_accepting && a->count < a->max && plait_now() >= a->resume_accept_at;
+    int can_accept = is_accepting && plait_now() >= a->resume_accept_at;
     pfds[0] = (struct pollfd){.fd = can_accept ? a->listen_fd : -1, .events = POLLIN};
     for (int i = 0; i < a->count; i++)
         pfds[1 + i] = (struct pollfd){.fd = a->conns[i].fd, .events = conn_events(&a->conns[i])};
     return (nfds_t)(1 + a->count);
+}
+
+/* The poll timeout: at most ms, less when accepting resumes sooner. */
+static int acceptor_poll_ms(const struct bs_acceptor *a, int ms)
+{
+    double wait = a->resume_accept_at - plait_now();
+    if (wait > 0 && wait * 1e3 < ms)
+        ms = (int)(wait * 1e3) + 1;
+    return ms;
 }
 
 static void acceptor_advance(struct bs_acceptor *a, int i)
@@ -503,14 +580,19 @@ static void acceptor_advance(struct bs_acceptor *a, int i)
     }
 }
 
-/* Accepts what the backlog holds, as far as there is room. */
+/* Accepts what the backlog holds, making room as above. At most max accepts a
+ * call, so that a flood of arrivals cannot keep the owner from serving the
+ * connections it has. */
 static void acceptor_accept(struct bs_acceptor *a)
 {
-    while (a->count < a->max) {
+    for (int budget = a->max; budget > 0; budget--) {
         union plait_sockaddr peer;
         socklen_t plen = sizeof(peer);
         char peer_str[PLAIT_SOCKADDR_STRLEN];
+        double now = plait_now();
 
+        if (a->count == a->max && !acceptor_make_room(a, now))
+            return;
         memset(&peer, 0, sizeof(peer));
         int fd = accept4(a->listen_fd, &peer.sa, &plen, SOCK_CLOEXEC);
         if (fd < 0) {
@@ -524,11 +606,22 @@ static void acceptor_accept(struct bs_acceptor *a)
             case ECONNABORTED:
             case EPROTO:
                 continue;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                /* Out of descriptors or memory, most likely held by pending
+                 * connections: free the oldest and try again. */
+                if (acceptor_make_room(a, now))
+                    continue;
+                PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: accept: %s (%d pending)", a->who, strerror(errno),
+                            a->count);
+                return;
             default:
-                /* Out of fds or memory, or a network error: try again shortly
-                 * rather than spin on a listener that stays readable. */
+                /* A network error: try again shortly rather than spin on a
+                 * listener that stays readable. */
                 PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: accept: %s", a->who, strerror(errno));
-                a->resume_accept_at = plait_now() + BS_SLICE_MS * 1e-3;
+                a->resume_accept_at = now + BS_SLICE_MS * 1e-3;
                 return;
             }
         }
@@ -546,6 +639,8 @@ static void acceptor_accept(struct bs_acceptor *a)
         }
         PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: connection from %s", a->who, peer_str);
         a->count++;
+        if (a->count > a->high)
+            a->high = a->count;
         /* The challenge can go at once; the socket is fresh. */
         acceptor_advance(a, a->count - 1);
     }
@@ -778,7 +873,7 @@ static void *root_main(void *arg)
     int *pfd_rank = NULL;
     size_t pfds_cap = 0;
 
-    if (acceptor_init(&a, r->listen_fd, r->secret, r->name, BS_ROOT_MAX_PENDING, root_on_hello, r) != PLAIT_SUCCESS) {
+    if (acceptor_init(&a, r->listen_fd, r->secret, r->name, root_on_hello, r) != PLAIT_SUCCESS) {
         PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: %s", r->name, plait_last_error_get());
         goto out;
     }
@@ -813,7 +908,7 @@ static void *root_main(void *arg)
             pfd_rank[n] = i;
             pfds[n++] = (struct pollfd){.fd = r->fds[i], .events = POLLIN};
         }
-        if (poll(pfds, n, BS_SLICE_MS) < 0 && errno != EINTR) {
+        if (poll(pfds, n, acceptor_poll_ms(&a, BS_SLICE_MS)) < 0 && errno != EINTR) {
             PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: poll: %s", r->name, strerror(errno));
             goto out;
         }
@@ -1130,7 +1225,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
     int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank + bs->nranks - 1) % bs->nranks;
     struct bs_acceptor a;
     struct bs_conn client;
-    struct pollfd pfds[1 + 1 + BS_RANK_MAX_PENDING];
+    struct pollfd pfds[1 + 1 + BS_MAX_PENDING];
     uint8_t hello[BS_HELLO_BYTES];
     char who[64];
     plait_result_t status;
@@ -1138,7 +1233,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
 
     plait_sockaddr_str(succ, bs->next_str, sizeof(bs->next_str));
     snprintf(who, sizeof(who), "bootstrap rank %d", bs->rank);
-    status = acceptor_init(&a, listen_fd, bs->secret, who, BS_RANK_MAX_PENDING, ring_on_hello, bs);
+    status = acceptor_init(&a, listen_fd, bs->secret, who, ring_on_hello, bs);
     if (status != PLAIT_SUCCESS)
         return status;
     /* The successor's listener has been up since before it registered, so the
@@ -1173,7 +1268,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
         }
         nfds_t nconn = acceptor_fill(&a, pfds + 1, bs->prev_fd < 0);
         pfds[0] = (struct pollfd){.fd = is_client_done ? -1 : next_fd, .events = conn_events(&client)};
-        int ms = BS_SLICE_MS;
+        int ms = acceptor_poll_ms(&a, BS_SLICE_MS);
         if (deadline > 0 && (deadline - plait_now()) * 1e3 < ms)
             ms = (int)((deadline - plait_now()) * 1e3) + 1;
         if (poll(pfds, 1 + nconn, ms < 0 ? 0 : ms) < 0 && errno != EINTR) {
