@@ -11,8 +11,11 @@
  *                       u32 nranks, u64 uid nonce, address (listening address
  *                       when registering; zero on the ring)
  *   reply   (40 bytes): u32 magic "PLBR", u32 status (enum bs_status), u32 the
- *                       root's nranks, u32 detail (ranks registered, on timeout),
- *                       address of the rank's successor (when status is OK)
+ *                       root's nranks, u32 detail (ranks registered, on timeout;
+ *                       the rank registered twice, on a duplicate), address of
+ *                       the rank's successor (when status is OK); a duplicate's
+ *                       reply is followed by 2 addresses (48 bytes): where the
+ *                       two registrations of that rank came from
  *   step    (24 bytes): u32 magic "PLBC", u32 op (1 allgather, 2 barrier),
  *                       u32 sequence number, u32 step, u64 block size;
  *                       an allgather step is followed by the block itself.
@@ -48,6 +51,7 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
 #define BS_ADDR_BYTES 24
 #define BS_HELLO_BYTES 48
 #define BS_REPLY_BYTES 40
+#define BS_DUP_BYTES (2 * BS_ADDR_BYTES)
 #define BS_STEP_BYTES 24
 
 /* Beyond any job we expect; bounds what an (authenticated) hello can make the root allocate. */
@@ -80,7 +84,7 @@ enum bs_status {
     BS_STATUS_WRONG_ID = 3,        /* the nonce is another communicator's */
     BS_STATUS_NRANKS_MISMATCH = 4, /* the root already serves a different nranks */
     BS_STATUS_BAD_RANK = 5,        /* rank or nranks out of range */
-    BS_STATUS_DUPLICATE_RANK = 6,  /* another connection already registered this rank */
+    BS_STATUS_DUPLICATE_RANK = 6,  /* two connections registered one rank: the job cannot form */
     BS_STATUS_BAD_ADDRESS = 7,     /* the listening address cannot be used */
     BS_STATUS_STOPPED = 8,         /* the rank that started the root failed and stopped it */
 };
@@ -245,7 +249,7 @@ static const char *bs_status_str(uint32_t status)
     case BS_STATUS_BAD_RANK:
         return "rank or nranks out of range";
     case BS_STATUS_DUPLICATE_RANK:
-        return "rank already registered by another connection";
+        return "a rank was registered twice";
     case BS_STATUS_BAD_ADDRESS:
         return "unusable listening address";
     case BS_STATUS_STOPPED:
@@ -694,6 +698,13 @@ struct bs_root {
     int *fds;         /* [nranks]: each registered rank's connection, or -1 */
     uint8_t (*addrs)[BS_ADDR_BYTES];
     char (*peers)[PLAIT_SOCKADDR_STRLEN];
+    /* -1, else a rank that two connections registered: the job cannot form (the
+     * root cannot tell the real rank from a forger, or from a second process
+     * launched as the same rank), so every rank, registered or still to come,
+     * is told at once, with where both registrations came from. */
+    int dup_rank;
+    int dup_nranks;
+    uint8_t dup_addrs[2][BS_ADDR_BYTES];
 };
 
 /* Tells an authenticated peer why it was turned away. Best effort: the socket is
@@ -706,6 +717,16 @@ static void root_send_reply(int fd, enum bs_status status, int nranks, uint32_t 
     union plait_sockaddr succ_addr;
     int has_succ = succ && addr_get(succ, &succ_addr);
     reply_put(msg, status, nranks, detail, has_succ ? &succ_addr : NULL);
+    (void)send(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* The failure every rank gets once a rank was registered twice: the reply
+ * and both registrations' addresses, in one send (best effort, as above). */
+static void root_send_duplicate(const struct bs_root *r, int fd)
+{
+    uint8_t msg[BS_REPLY_BYTES + BS_DUP_BYTES];
+    reply_put(msg, BS_STATUS_DUPLICATE_RANK, r->dup_nranks, (uint32_t)r->dup_rank, NULL);
+    memcpy(msg + BS_REPLY_BYTES, r->dup_addrs, BS_DUP_BYTES);
     (void)send(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
@@ -738,6 +759,37 @@ static void root_unregister(struct bs_root *r, int rank, const char *why)
         root_free_table(r);
 }
 
+static void peer_addr_put(int fd, uint8_t out[BS_ADDR_BYTES])
+{
+    union plait_sockaddr a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (getpeername(fd, &a.sa, &len) != 0)
+        memset(&a, 0, sizeof(a));
+    addr_put(out, &a);
+}
+
+/* Connection c registers rank h->rank, which another connection holds. */
+static int root_fail_duplicate(struct bs_root *r, struct bs_conn *c, const struct bs_hello *h)
+{
+    int rank = (int)h->rank;
+    r->dup_rank = rank;
+    r->dup_nranks = r->nranks;
+    peer_addr_put(r->fds[rank], r->dup_addrs[0]);
+    peer_addr_put(c->fd, r->dup_addrs[1]);
+    PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+               "%s: rank %d of %d registered twice, from %s and then from %s (a forged registration, or two "
+               "processes launched as one rank): failing every rank",
+               r->name, rank, r->nranks, r->peers[rank], c->peer);
+    root_send_duplicate(r, c->fd);
+    for (int i = 0; i < r->nranks; i++)
+        if (r->fds[i] >= 0)
+            root_send_duplicate(r, r->fds[i]);
+    root_free_table(r);
+    r->deadline = plait_deadline(r->timeout_s);
+    return 0;
+}
+
 static int root_reject(struct bs_root *r, struct bs_conn *c, enum bs_status status, const struct bs_hello *h)
 {
     if (status == BS_STATUS_BAD_HELLO)
@@ -761,6 +813,13 @@ static int root_on_hello(void *ctx, struct bs_conn *c)
         return root_reject(r, c, BS_STATUS_BAD_HELLO, &h);
     if (h.nonce != r->nonce)
         return root_reject(r, c, BS_STATUS_WRONG_ID, &h);
+    if (r->dup_rank >= 0) {
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: told rank %u (%s) that rank %d was registered twice", r->name,
+                   h.rank, c->peer, r->dup_rank);
+        root_send_duplicate(r, c->fd);
+        r->deadline = plait_deadline(r->timeout_s);
+        return 0;
+    }
     if (h.nranks < 1 || h.nranks > BS_MAX_RANKS || h.rank >= h.nranks)
         return root_reject(r, c, BS_STATUS_BAD_RANK, &h);
     if (r->nranks && h.nranks != (uint32_t)r->nranks)
@@ -769,7 +828,7 @@ static int root_on_hello(void *ctx, struct bs_conn *c)
     if (h.nranks > 1 && !addr_get(h.addr, &addr))
         return root_reject(r, c, BS_STATUS_BAD_ADDRESS, &h);
     if (r->nranks && r->fds[h.rank] >= 0)
-        return root_reject(r, c, BS_STATUS_DUPLICATE_RANK, &h);
+        return root_fail_duplicate(r, c, &h);
 
     if (!r->nranks) {
         r->fds = malloc(h.nranks * sizeof(*r->fds));
@@ -880,11 +939,20 @@ static void *root_main(void *arg)
     r->deadline = plait_deadline(r->timeout_s);
     while (!(r->nranks > 0 && r->registered == r->nranks)) {
         if (plait_deadline_passed(r->deadline)) {
-            root_give_up(r, BS_STATUS_TIMEOUT);
+            if (r->dup_rank >= 0)
+                PLAIT_INFO(PLAIT_SUBSYS_BOOTSTRAP, "%s: no rank came for %.1f s after the duplicate rank %d; exiting",
+                           r->name, r->timeout_s, r->dup_rank);
+            else
+                root_give_up(r, BS_STATUS_TIMEOUT);
             goto out;
         }
-        if (__atomic_load_n(&r->ctl->stop, __ATOMIC_ACQUIRE)) {
-            root_give_up(r, BS_STATUS_STOPPED);
+        /* After a duplicate, rank 0 has failed (which stops a root it started)
+         * but ranks still to come must hear why at once, not wait out their
+         * deadline against a closed port: keep telling them until the root's
+         * own deadline. */
+        if (__atomic_load_n(&r->ctl->stop, __ATOMIC_ACQUIRE) && !(r->dup_rank >= 0 && r->timeout_s > 0)) {
+            if (r->dup_rank < 0)
+                root_give_up(r, BS_STATUS_STOPPED);
             goto out;
         }
         size_t need = 1 + (size_t)a.max + (size_t)r->nranks;
@@ -961,6 +1029,7 @@ static plait_result_t root_spawn(int listen_fd, const union plait_sockaddr *addr
     memcpy(r->secret, secret, PLAIT_SECRET_BYTES);
     r->nonce = nonce;
     r->timeout_s = timeout_s;
+    r->dup_rank = -1;
     plait_sockaddr_str(addr, addr_str, sizeof(addr_str));
     snprintf(r->name, sizeof(r->name), "bootstrap root %s", addr_str);
 
@@ -1131,6 +1200,10 @@ static plait_result_t bs_register(struct plait_bootstrap *bs, const struct plait
     status = plait_sock_send_all(root_fd, msg, BS_HELLO_BYTES, deadline, bs->abort_flag);
     if (status == PLAIT_SUCCESS)
         status = plait_sock_recv_all(root_fd, msg, BS_REPLY_BYTES, deadline, bs->abort_flag);
+    /* A duplicate's reply carries both registrations' addresses after it. */
+    uint8_t dup[BS_DUP_BYTES];
+    if (status == PLAIT_SUCCESS && get_u32(msg) == BS_REPLY_MAGIC && get_u32(msg + 4) == BS_STATUS_DUPLICATE_RANK)
+        status = plait_sock_recv_all(root_fd, dup, sizeof(dup), deadline, bs->abort_flag);
     if (status != PLAIT_SUCCESS) {
         plait_error_context(status, "waiting for the other ranks at the bootstrap root %s", root_str);
         goto err_close_listen;
@@ -1163,10 +1236,23 @@ static plait_result_t bs_register(struct plait_bootstrap *bs, const struct plait
                              bs_status_str(reply_status), detail, root_nranks);
         goto err_close_listen;
     }
+    if (reply_status == BS_STATUS_DUPLICATE_RANK) {
+        char first[PLAIT_SOCKADDR_STRLEN] = "?", second[PLAIT_SOCKADDR_STRLEN] = "?";
+        union plait_sockaddr a;
+        if (addr_get(dup, &a))
+            plait_sockaddr_str(&a, first, sizeof(first));
+        if (addr_get(dup + BS_ADDR_BYTES, &a))
+            plait_sockaddr_str(&a, second, sizeof(second));
+        status = plait_error(PLAIT_ERR_INVALID_USAGE,
+                             "bootstrap root %s: rank %u of %u was registered twice, from %s and then from %s (a "
+                             "forged registration, or two processes launched as one rank): the job cannot form "
+                             "(this is rank %d)",
+                             root_str, detail, root_nranks, first, second, bs->rank);
+        goto err_close_listen;
+    }
     if (reply_status != BS_STATUS_OK) {
-        status = plait_error(reply_status == BS_STATUS_DUPLICATE_RANK ? PLAIT_ERR_INVALID_USAGE : PLAIT_ERR_INTERNAL,
-                             "bootstrap root %s rejected rank %d of %d: %s", root_str, bs->rank, bs->nranks,
-                             bs_status_str(reply_status));
+        status = plait_error(PLAIT_ERR_INTERNAL, "bootstrap root %s rejected rank %d of %d: %s", root_str, bs->rank,
+                             bs->nranks, bs_status_str(reply_status));
         goto err_close_listen;
     }
     if (root_nranks != (uint32_t)bs->nranks) {

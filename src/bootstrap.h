@@ -71,7 +71,8 @@ void plait_bootstrap_uid_from_addr(const union plait_sockaddr *root, const uint8
  * Failures: PLAIT_ERR_INVALID_ARGUMENT (NULL, rank/nranks out of range, not a
  * valid id); PLAIT_ERR_TIMEOUT (some rank never came; the root reports how many
  * did); PLAIT_ERR_REMOTE (authentication failed, a peer vanished, or "aborted");
- * PLAIT_ERR_INVALID_USAGE (ranks disagree on nranks, or two claim one rank);
+ * PLAIT_ERR_INVALID_USAGE (ranks disagree on nranks; or two registrations claim
+ * one rank, which fails every rank of the job at once, naming both addresses);
  * PLAIT_ERR_SYSTEM. *bs_out is written only on success. */
 plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int nranks,
                                     const struct plait_bootstrap_opts *opts, struct plait_bootstrap **bs_out);

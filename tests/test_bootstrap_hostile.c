@@ -288,3 +288,137 @@ Test(bootstrap_hostile, idle_connections_1000, .timeout = 90)
 {
     idle_case(1000);
 }
+/* ---------------------------------------------------------------- forged registration */
+
+static union plait_sockaddr parse(const char *s)
+{
+    union plait_sockaddr a;
+    cr_assert_eq(plait_sock_parse_addr(s, &a), PLAIT_SUCCESS, "parse %s: %s", s, plait_last_error_get());
+    return a;
+}
+
+
+struct rank_run {
+    plait_unique_id_t id;
+    int rank;
+    int nranks;
+    double timeout_s;
+    plait_result_t result;
+    double started, ended;
+    char err[1024];
+};
+
+static void *rank_thread(void *p)
+{
+    struct rank_run *r = p;
+    struct plait_bootstrap_opts opts = {.timeout_s = r->timeout_s, .ifname_spec = LO, .start_root = 1};
+    struct plait_bootstrap *bs = NULL;
+    r->started = plait_now();
+    r->result = plait_bootstrap_init(&r->id, r->rank, r->nranks, &opts, &bs);
+    r->ended = plait_now();
+    snprintf(r->err, sizeof(r->err), "%s", r->result ? plait_last_error_get() : "");
+    plait_bootstrap_close(bs);
+    return NULL;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Registers with the root as `rank` of `nranks`, claiming to listen on
+ * `listen_port`, as bootstrap.c's wire format says. Returns the connection,
+ * left open. */
+static int forge_registration(const plait_unique_id_t *id, int rank, int nranks, int listen_port)
+{
+    const struct plait_uid *u = (const void *)id->internal;
+    uint8_t hello[48] = {0};
+    int fd;
+    cr_assert_eq(plait_sock_connect(&u->root, plait_deadline(5), NULL, &fd), PLAIT_SUCCESS, "%s",
+                 plait_last_error_get());
+    /* Unauthenticated: the secret is public, so anyone passes the handshake. */
+    cr_assert_eq(plait_sock_auth_client(fd, u->secret, plait_deadline(5), NULL), PLAIT_SUCCESS, "%s",
+                 plait_last_error_get());
+    put_be32(hello, 0x504c4248u); /* "PLBH" */
+    put_be32(hello + 4, 1);        /* register */
+    put_be32(hello + 8, (uint32_t)rank);
+    put_be32(hello + 12, (uint32_t)nranks);
+    put_be32(hello + 16, (uint32_t)(u->nonce >> 32));
+    put_be32(hello + 20, (uint32_t)u->nonce);
+    hello[24] = 4;
+    uint16_t nport = htons((uint16_t)listen_port);
+    memcpy(hello + 26, &nport, 2);
+    uint32_t lo = htonl(INADDR_LOOPBACK);
+    memcpy(hello + 32, &lo, 4);
+    cr_assert_eq(plait_sock_send_all(fd, hello, sizeof(hello), plait_deadline(5), NULL), PLAIT_SUCCESS);
+    return fd;
+}
+
+/* No secret: a forger registers as rank 1 before the real rank 1. Every rank
+ * must fail at once, naming the forger's address and the real rank's; before,
+ * the job formed around the forger and the real ranks waited out their
+ * deadlines. */
+Test(bootstrap_hostile, forged_duplicate_registration, .timeout = 60)
+{
+    union plait_sockaddr root = parse("127.0.0.1:0");
+    int fd;
+    cr_assert_eq(plait_sock_listen(&root, &fd), PLAIT_SUCCESS);
+    close(fd);
+    /* Where the forger claims to listen: accepts nothing, answers nothing. */
+    union plait_sockaddr trap = parse("127.0.0.1:0");
+    int trap_fd;
+    cr_assert_eq(plait_sock_listen(&trap, &trap_fd), PLAIT_SUCCESS);
+
+    const int n = 3;
+    struct rank_run r[3];
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < n; i++) {
+        plait_bootstrap_uid_from_addr(&root, NULL, &r[i].id);
+        r[i].rank = i;
+        r[i].nranks = n;
+        r[i].timeout_s = 5;
+    }
+    pthread_t t[3];
+    cr_assert_eq(pthread_create(&t[0], NULL, rank_thread, &r[0]), 0); /* starts the root, registers */
+    int forged = forge_registration(&r[0].id, 1, n, ntohs(trap.sin.sin_port));
+    struct sockaddr_in fa;
+    socklen_t falen = sizeof(fa);
+    cr_assert_eq(getsockname(forged, (struct sockaddr *)&fa, &falen), 0);
+    char forger[64];
+    snprintf(forger, sizeof(forger), "127.0.0.1:%d", ntohs(fa.sin_port));
+    sleep_ms(200); /* the forged registration is in */
+
+    double t1 = plait_now();
+    cr_assert_eq(pthread_create(&t[1], NULL, rank_thread, &r[1]), 0);
+    pthread_join(t[1], NULL);
+    cr_assert_eq(pthread_create(&t[2], NULL, rank_thread, &r[2]), 0); /* comes after the failure */
+    pthread_join(t[2], NULL);
+    pthread_join(t[0], NULL);
+    close(forged);
+    close(trap_fd);
+
+    for (int i = 0; i < n; i++) {
+        double late = r[i].ended - (i == 2 ? r[i].started : t1);
+        fprintf(stderr, "bootstrap_hostile: rank %d failed %.3f s after %s: %s\n", i, late,
+                i == 2 ? "its start" : "the duplicate", r[i].err);
+        cr_assert_eq(r[i].result, PLAIT_ERR_INVALID_USAGE, "rank %d (after %.2f s): %s", i, late, r[i].err);
+        cr_assert(late < 2, "rank %d failed only after %.2f s: %s", i, late, r[i].err);
+        cr_assert(strstr(r[i].err, "registered twice") != NULL, "rank %d: %s", i, r[i].err);
+        /* Both addresses come after "registered twice": the forger's and
+         * the real rank 1's (any other address is neither the root's nor the
+         * forger's). */
+        const char *tail = strstr(r[i].err, "registered twice");
+        int root_port = ntohs(root.sin.sin_port), forger_port = ntohs(fa.sin_port), named_forger = 0, named_other = 0;
+        for (const char *a = strstr(tail, "127.0.0.1:"); a; a = strstr(a + 1, "127.0.0.1:")) {
+            int port = atoi(a + strlen("127.0.0.1:"));
+            named_forger |= port == forger_port;
+            named_other |= port != forger_port && port != root_port;
+        }
+        cr_assert(named_forger, "rank %d does not name the forger %s: %s", i, forger, r[i].err);
+        cr_assert(named_other, "rank %d does not name the real rank 1's address: %s", i, r[i].err);
+    }
+    expect_roots_gone(10);
+}
