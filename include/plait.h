@@ -187,7 +187,8 @@ plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int 
  * (PMI_RANK/PMI_SIZE). The root's address is PLAIT_COMM_ID (host:port), else
  * MASTER_ADDR and MASTER_PORT + PLAIT_PORT_OFFSET (default 1: plait never takes
  * torchrun's TCPStore port); rank 0 hosts the root. The secret comes from PLAIT_SECRET or the file PLAIT_SECRET_FILE;
- * without one the bootstrap is unauthenticated and a WARN says so. `config` may be
+ * without one the bootstrap is unauthenticated and each process says so once on
+ * stderr, whatever PLAIT_DEBUG. `config` may be
  * NULL. Failures: PLAIT_ERR_INVALID_USAGE when no launcher environment is found
  * (the message lists what was looked for), otherwise as init_rank. */
 plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_config_t *config);

@@ -1388,6 +1388,16 @@ err_fini:
     return status;
 }
 
+void plait_bootstrap_warn_unauthenticated(const char *where)
+{
+    static int has_warned;
+    if (__atomic_exchange_n(&has_warned, 1, __ATOMIC_ACQ_REL))
+        return;
+    plait_log_always("%s: the bootstrap is unauthenticated (neither PLAIT_SECRET nor PLAIT_SECRET_FILE is set): "
+                     "anyone who can reach it can join or disrupt the job",
+                     where);
+}
+
 plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int nranks,
                                     const struct plait_bootstrap_opts *opts, struct plait_bootstrap **bs_out)
 {
@@ -1415,6 +1425,13 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
                            uid.magic, uid.version, PLAIT_UID_MAGIC, PLAIT_UID_VERSION);
     if (uid.root.sa.sa_family != AF_INET && uid.root.sa.sa_family != AF_INET6)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_bootstrap_init: the unique id holds no root address");
+
+    if (!uid.is_authenticated) {
+        char root_str[PLAIT_SOCKADDR_STRLEN], where[PLAIT_SOCKADDR_STRLEN + 32];
+        plait_sockaddr_str(&uid.root, root_str, sizeof(root_str));
+        snprintf(where, sizeof(where), "bootstrap root %s", root_str);
+        plait_bootstrap_warn_unauthenticated(where);
+    }
 
     double deadline = plait_deadline(opts->timeout_s);
     struct plait_bootstrap *bs = calloc(1, sizeof(*bs));

@@ -59,6 +59,13 @@ plait_result_t plait_bootstrap_create_root(const char *ifname_spec, const union 
 void plait_bootstrap_uid_from_addr(const union plait_sockaddr *root, const uint8_t *secret,
                                    plait_unique_id_t *id_out);
 
+/* Warns on stderr, whatever PLAIT_DEBUG, that this process joins (or serves)
+ * a bootstrap without a secret, where anyone who can reach it can join or
+ * disrupt the job; `where` names the bootstrap (e.g. "PLAIT_COMM_ID=h:p"). Only
+ * the first call in a process prints; plait_bootstrap_init calls it for every
+ * unauthenticated id. Thread-safe. */
+void plait_bootstrap_warn_unauthenticated(const char *where);
+
 /* Joins the communicator: rank of nranks, through the root named in id. When
  * opts->start_root and rank == 0, starts the root listening on id's address
  * first (other ranks retry their connection until it is up). Blocks until the

@@ -737,10 +737,11 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id)
         int has_secret = 0;
         if ((status = plait_env_secret(secret, &has_secret)))
             return status;
-        if (!has_secret)
-            PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
-                       "PLAIT_COMM_ID=%s without PLAIT_SECRET or PLAIT_SECRET_FILE: the bootstrap is unauthenticated",
-                       fixed);
+        if (!has_secret) {
+            char where[320];
+            snprintf(where, sizeof(where), "PLAIT_COMM_ID=%s", fixed);
+            plait_bootstrap_warn_unauthenticated(where);
+        }
         plait_bootstrap_uid_from_addr(&a, has_secret ? secret : NULL, id);
         return PLAIT_SUCCESS;
     }

@@ -13,7 +13,9 @@
 #include "log.h"
 
 const struct plait_env_var plait_env_table[] = {
-    {"PLAIT_DEBUG", "NCCL_DEBUG", "", "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error)."},
+    {"PLAIT_DEBUG", "NCCL_DEBUG", "",
+     "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error). Whatever the level, a process that "
+     "joins an unauthenticated bootstrap (no PLAIT_SECRET) says so once on stderr."},
     {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV,GRAPH",
      "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
      "STREAM, ENV, GRAPH (topology), TUNING (the tuner's choice for every call: algorithm, protocol, channels, "
@@ -92,7 +94,7 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_SECRET", NULL, "",
      "Shared secret for the bootstrap's challenge-response (any string), used by plait_comm_init_from_env and by "
      "plait_get_unique_id under PLAIT_COMM_ID. Without it (or PLAIT_SECRET_FILE) such a bootstrap is "
-     "unauthenticated and a WARN says so. (Ids from plait_get_unique_id without PLAIT_COMM_ID carry a random "
+     "unauthenticated and every process says so once on stderr, whatever PLAIT_DEBUG. (Ids from plait_get_unique_id without PLAIT_COMM_ID carry a random "
      "secret.)"},
     {"PLAIT_SECRET_FILE", NULL, "", "A file whose contents are the secret (first 4096 bytes)."},
     {"PLAIT_PORT_OFFSET", NULL, "1",

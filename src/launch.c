@@ -130,11 +130,11 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
     int has_secret = 0;
     if ((status = plait_env_secret(secret, &has_secret)))
         return status;
-    if (!has_secret && rank == 0)
-        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
-                   "%s: no PLAIT_SECRET or PLAIT_SECRET_FILE: the bootstrap at %s is unauthenticated (anyone who can "
-                   "reach it can join)",
-                   fn, desc);
+    if (!has_secret) {
+        char where[sizeof(desc) + sizeof(fn) + 2];
+        snprintf(where, sizeof(where), "%s: %s", fn, desc);
+        plait_bootstrap_warn_unauthenticated(where);
+    }
     plait_unique_id_t id;
     plait_bootstrap_uid_from_addr(&addr, has_secret ? secret : NULL, &id);
     PLAIT_INFO(PLAIT_SUBSYS_INIT, "%s: rank %ld of %ld from %s, root %s", fn, rank, size, who, desc);

@@ -192,6 +192,31 @@ void plait_log(int level, unsigned subsys, const char *fmt, ...)
     va_end(ap);
 }
 
+void plait_log_always(const char *fmt, ...)
+{
+    char msg[PLAIT_ERRMSG_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&log_mutex);
+    if (!log_host[0]) {
+        gethostname(log_host, sizeof(log_host) - 1);
+        char *dot = strchr(log_host, '.');
+        if (dot)
+            *dot = '\0';
+    }
+    int pid = (int)getpid(), tid = (int)syscall(SYS_gettid);
+    fprintf(stderr, "%s:%d:%d plait WARN %s\n", log_host, pid, tid, msg);
+    fflush(stderr);
+    /* A log file is open only while a level is set: the line belongs there too. */
+    if (log_file && log_file != stderr) {
+        fprintf(log_file, "%s:%d:%d plait WARN %s\n", log_host, pid, tid, msg);
+        fflush(log_file);
+    }
+    pthread_mutex_unlock(&log_mutex);
+}
+
 plait_result_t plait_error(plait_result_t result, const char *fmt, ...)
 {
     va_list ap;
