@@ -61,7 +61,8 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
  * peer is waiting for our challenge and needs a few round trips; a silent one
  * must not keep a descriptor for long. */
 #define BS_PENDING_S 2.0
-/* Deadline for our own connection to a successor that does not answer. */
+/* Our own waits on a peer that does not answer: connecting to the successor,
+ * and the root sending its final replies. */
 #define BS_HANDSHAKE_S 10.0
 /* Connections being authenticated at once, by the root and by a rank alike
  * (one mechanism, struct bs_acceptor): enough for a whole job's burst of
