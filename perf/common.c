@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "cuda/cu.h"
+#include "file.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -1723,9 +1724,10 @@ static int perf_rank_main(const struct perf_options *opt, const struct plait_per
         ctx.run.stream = ctx.stream;
     }
     if (ctx.is_printer && opt->json_path) {
-        ctx.json = fopen(opt->json_path, "w");
+        char why[1400];
+        ctx.json = plait_file_open(opt->json_path, false, why, sizeof(why));
         if (!ctx.json)
-            printf("# skipping json output; %s: %s\n", opt->json_path, strerror(errno));
+            printf("# skipping json output; %s\n", why);
         else
             printf("# Writing JSON output to %s\n", opt->json_path);
     }

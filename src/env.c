@@ -20,7 +20,10 @@ const struct plait_env_var plait_env_table[] = {
      "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
      "STREAM, ENV, GRAPH (topology), TUNING (the tuner's choice for every call: algorithm, protocol, channels, "
      "chunk, predicted time and why), ALL; a leading ^ excludes."},
-    {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
+    {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
+     "Append the log to this file instead of stderr; %h = host name, %p = pid. A symbolic link's target, a FIFO, a "
+     "character device or /dev/stdout is written as such; one that cannot be opened (a FIFO nobody reads) gives one "
+     "WARN on stderr, which then takes the log."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
      "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
@@ -90,7 +93,10 @@ const struct plait_env_var plait_env_table[] = {
      "Load the machine's topology from this XML file (plait's format or NCCL's, docs/topology.md) instead of "
      "discovering it. A file that cannot be read or parsed fails init with the file, line and reason."},
     {"PLAIT_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE", "",
-     "Write the topology (plait's XML format) to this file, once per process, from a communicator's rank 0."},
+     "Write the topology (plait's XML format) to this file, once per process, from a communicator's rank 0. A "
+     "regular file is replaced whole (a temporary in its own directory renamed over it; its mode is kept), a symbolic "
+     "link's target is written and the link kept; /dev/stdout, a FIFO or a character device is written directly (a "
+     "FIFO nobody reads is an error at once). A failure is one WARN; init goes on."},
     {"PLAIT_SECRET", NULL, "",
      "Shared secret for the bootstrap's challenge-response (any string), used by plait_comm_init_from_env and by "
      "plait_get_unique_id under PLAIT_COMM_ID. Without it (or PLAIT_SECRET_FILE) such a bootstrap is "

@@ -1,6 +1,7 @@
 /* Logging and per-thread last-error messages. */
 #define _GNU_SOURCE
 #include "log.h"
+#include "file.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -140,11 +141,20 @@ void plait_log_configure(void)
     if (file && *file && level > PLAIT_LOG_NONE) {
         char path[1024];
         expand_path(file, path, sizeof(path));
-        FILE *f = fopen(path, "a");
+        /* A FIFO nobody reads is an error here, not a blocked init (src/file.h). */
+        char why[1400];
+        FILE *f = plait_file_open(path, true, why, sizeof(why));
         if (f) {
             setvbuf(f, NULL, _IOLBF, 0);
             log_file = f;
             log_file_is_ours = 1;
+        } else {
+            /* The log goes to stderr instead; say why once, there. */
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "%s:%d:%d plait WARN %s=%s: %s; logging to stderr\n", log_host,
+                        (int)getpid(), (int)syscall(SYS_gettid),
+                        getenv("PLAIT_DEBUG_FILE") ? "PLAIT_DEBUG_FILE" : "NCCL_DEBUG_FILE", file, why);
         }
     }
     __atomic_store_n(&log_mask, mask, __ATOMIC_RELAXED);

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "plait.h"
 
 /* plait's enums were given NCCL's values; the translation is then a cast
@@ -119,7 +120,8 @@ static void shim_warn(const char *fmt, ...)
             }
         }
         path[o] = '\0';
-        f = fopen(path, "a");
+        char why[1400];
+        f = plait_file_open(path, true, why, sizeof(why)); /* NULL: stderr (file.h: a FIFO never blocks) */
     }
     fprintf(f ? f : stderr, "%s:%d:%d plait WARN %s\n", host, (int)getpid(), (int)syscall(SYS_gettid), msg);
     if (f)
