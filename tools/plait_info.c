@@ -1,6 +1,8 @@
-/* plait-info: the library's version, features, and every environment variable
- * it reads with its default, its value here, and its meaning (the same table
- * docs/env.md mirrors). `plait-info --markdown` prints that table as markdown. */
+/* plait-info: the library's version, what this build contains, and every
+ * environment variable it reads with its default, its value here, what a
+ * numeric one accepts, and its meaning (the same tables docs/env.md mirrors).
+ * `plait-info --markdown` prints the variables' table as markdown,
+ * `plait-info --markdown-numbers` the table of numeric values. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,11 +10,32 @@
 #include "plait.h"
 #include "plait_config.h"
 
+static const struct plait_env_number *number_of(const char *name)
+{
+    for (size_t i = 0; i < plait_env_numbers_len; i++)
+        if (strcmp(plait_env_numbers[i].name, name) == 0)
+            return &plait_env_numbers[i];
+    return NULL;
+}
+
+static const char *form_name(enum plait_env_form form)
+{
+    switch (form) {
+    case PLAIT_ENV_BYTES:
+        return "bytes (K, M, G suffixes)";
+    case PLAIT_ENV_SECONDS:
+        return "seconds (fraction allowed)";
+    default:
+        return "integer";
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int markdown = argc > 1 && strcmp(argv[1], "--markdown") == 0;
-    if (argc > 1 && !markdown) {
-        fprintf(stderr, "usage: plait-info [--markdown]\n");
+    const int markdown = argc > 1 && strcmp(argv[1], "--markdown") == 0;
+    const int numbers = argc > 1 && strcmp(argv[1], "--markdown-numbers") == 0;
+    if (argc > 2 || (argc > 1 && !markdown && !numbers)) {
+        fprintf(stderr, "usage: plait-info [--markdown | --markdown-numbers]\n");
         return 2;
     }
     if (markdown) {
@@ -25,6 +48,16 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (numbers) {
+        printf("| variable | form | accepted values |\n|---|---|---|\n");
+        for (size_t i = 0; i < plait_env_numbers_len; i++) {
+            const struct plait_env_number *n = &plait_env_numbers[i];
+            char range[96];
+            plait_env_number_range(n, range, sizeof(range));
+            printf("| `%s` | %s | %s |\n", n->name, form_name(n->form), range);
+        }
+        return 0;
+    }
     int version = 0;
     plait_get_version(&version);
     printf("plait %d.%d.%d (version code %d)\n", version / 10000, version / 100 % 100, version % 100, version);
@@ -34,9 +67,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < plait_env_table_len; i++) {
         const struct plait_env_var *v = &plait_env_table[i];
         const char *val = plait_env_get(v->name);
-        printf("  %-20s = %-12s (default %s%s%s)\n      %s\n", v->name, val ? val : "(unset)",
-               v->deflt[0] ? v->deflt : "none", v->nccl_name ? "; also read as " : "",
-               v->nccl_name ? v->nccl_name : "", v->doc);
+        printf("  %-20s = %-12s (default %s%s%s)\n", v->name, val ? val : "(unset)", v->deflt[0] ? v->deflt : "none",
+               v->nccl_name ? "; also read as " : "", v->nccl_name ? v->nccl_name : "");
+        const struct plait_env_number *n = number_of(v->name);
+        if (n) {
+            char range[96];
+            plait_env_number_range(n, range, sizeof(range));
+            printf("      accepts: %s, %s\n", form_name(n->form), range);
+        }
+        printf("      %s\n", v->doc);
     }
     return 0;
 }

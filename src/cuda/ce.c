@@ -123,15 +123,11 @@ static int logged_no_window;
 
 static void mode_read(void)
 {
-    const char *v = plait_env_get("PLAIT_CE_COLL");
-    if (!v || !*v || strcasecmp(v, "auto") == 0)
-        env_mode = CE_AUTO;
-    else if (strcmp(v, "0") == 0)
-        env_mode = CE_OFF;
-    else if (strcmp(v, "1") == 0)
-        env_mode = CE_ON;
-    else
+    double v = PLAIT_ENV_AUTO;
+    if (plait_env_number("PLAIT_CE_COLL", &v, NULL) != PLAIT_SUCCESS)
         env_mode = CE_BAD;
+    else
+        env_mode = v == PLAIT_ENV_AUTO ? CE_AUTO : v == 0 ? CE_OFF : CE_ON;
 }
 
 static int ce_env_mode(void)
@@ -216,8 +212,9 @@ static void prepare(struct plait_comm *comm, struct plait_cuda_ce *ce, void *buf
         goto out;
     }
     if (info->mode == CE_BAD) {
-        st = plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_window_register: PLAIT_CE_COLL=\"%s\" is not 0, 1 or "
-                         "auto", plait_env_get("PLAIT_CE_COLL"));
+        double ignored;
+        plait_env_number("PLAIT_CE_COLL", &ignored, NULL); /* the last-error string says why */
+        st = plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_window_register");
         goto out;
     }
     if (plait_mem_kind(buff, &dev) != PLAIT_MEM_DEVICE) {
