@@ -158,8 +158,8 @@ const struct plait_env_var plait_env_table[] = {
      "NCCL's network by name. \"Socket\" is what plait uses between hosts (TCP); any other name (IB, a plugin) gives "
      "one WARN and is ignored."},
     {"NCCL_P2P_DISABLE", NULL, "",
-     "Disables NCCL's GPU peer-to-peer transport (CUDA IPC, NVLink). plait has no GPU transport yet, so it is "
-     "always off: accepted, no effect."},
+     "Disables NCCL's GPU peer-to-peer transport (CUDA IPC, NVLink). Accepted, no effect: plait's CUDA backend uses "
+     "peer access and CUDA IPC between the devices of one host wherever they allow it, and this does not turn it off."},
     {"NCCL_SHM_DISABLE", NULL, "0",
      "1: ranks in different processes of one host talk over TCP instead of shared memory, as PLAIT_TRANSPORT=socket "
      "(which also covers threads of one process). PLAIT_TRANSPORT wins when set."},

@@ -1,5 +1,5 @@
 /* The CPU executor: runs the steps of every task of a set of operations, on the
- * calling thread, until all are done (DESIGN.md, "Data path").
+ * calling thread, until all are done (docs/architecture.md, sections 2 and 8).
  *
  * Each task is a non-blocking state machine: advance() does every piece it can
  * without waiting and reports PROGRESSED, BLOCKED or DONE. One loop drives every

@@ -743,12 +743,14 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
         if (r != ncclSuccess)
             return r;
         return shim_error(ncclInvalidUsage,
-                          "ncclGroupSimulateEnd: plait has no cost model yet, so it cannot estimate the group's time "
-                          "(the group level is closed; nothing ran)");
+                          "ncclGroupSimulateEnd: plait does not estimate a group's time (its cost model is not "
+                          "connected to this call; plait-tune --explain predicts single collectives) (the group level "
+                          "is closed; nothing ran)");
     }
     return shim_error(ncclInvalidUsage,
-                      "ncclGroupSimulateEnd: plait has no cost model yet, so it cannot estimate the group's time; "
-                      "the group (%u operations) stays open: end it with ncclGroupEnd to run it",
+                      "ncclGroupSimulateEnd: plait does not estimate a group's time (its cost model is not "
+                      "connected to this call; plait-tune --explain predicts single collectives); the group (%u "
+                      "operations) stays open: end it with ncclGroupEnd to run it",
                       group_ops + (group_jobs ? 1u : 0u));
 }
 

@@ -61,7 +61,19 @@ int main(int argc, char **argv)
     int version = 0;
     plait_get_version(&version);
     printf("plait %d.%d.%d (version code %d)\n", version / 10000, version / 100 % 100, version % 100, version);
-    printf("build: CUDA toolkit %s (the CUDA backend is not part of this release), UCX %s, ibverbs %s\n", PLAIT_HAVE_CUDA ? "found" : "absent",
+    /* What this build holds, as the code has it (meson.build, src/cuda/):
+     * the CUDA backend is always built and loads the driver at run time; its
+     * kernels need nvcc at build time. */
+    printf("build:\n");
+    if (PLAIT_HAVE_CUDA)
+        printf("  CUDA backend: yes (driver loaded at run time, PLAIT_CUDA); device kernels: compiled for "
+               "compute capabilities %s\n",
+               PLAIT_GPU_ARCHS);
+    else
+        printf("  CUDA backend: yes (driver loaded at run time, PLAIT_CUDA); device kernels: none (built without "
+               "nvcc): collectives on device buffers fail with an error, host buffers are unaffected\n");
+    printf("  transports: shm, inproc, socket (TCP); no UCX or InfiniBand transport yet (UCX %s, ibverbs %s at "
+           "build time)\n",
            PLAIT_HAVE_UCX ? "found" : "absent", PLAIT_HAVE_IBVERBS ? "found" : "absent");
     printf("\nenvironment (PLAIT_ wins over its NCCL_ twin):\n");
     for (size_t i = 0; i < plait_env_table_len; i++) {

@@ -1,8 +1,8 @@
 /* The CUDA backend's host side: a communicator's device state (device FIFOs
  * for every host connection, the host-mapped status and abort words, the
  * kernel module), where a call runs (memory kinds), and launches of device
- * operations on the caller's CUDA streams. DESIGN.md, "Data path" and
- * "Streams and overlap"; the layouts it fills are in kernel.h.
+ * operations on the caller's CUDA streams. docs/architecture.md, section 16;
+ * the layouts it fills are in kernel.h.
  *
  * Hot path (a launch of a shape seen before): no allocation, no lock, no
  * logging and no host synchronisation; the driver calls are
