@@ -19,6 +19,9 @@
  *   step    (24 bytes): u32 magic "PLBC", u32 op (1 allgather, 2 barrier),
  *                       u32 sequence number, u32 step, u64 block size;
  *                       an allgather step is followed by the block itself.
+ *   notice  (24 bytes): u32 magic "PLBD", u32 the rank that died, 16 zero
+ *                       bytes; sent on both ring connections, at any time
+ *                       after init (see "death notices" below).
  *
  * Every connection, to the root and on the ring, starts with the challenge-
  * response of socket.h (the accepting side speaks first); the hello is read
@@ -47,6 +50,7 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
 #define BS_HELLO_MAGIC 0x504c4248u /* "PLBH" */
 #define BS_REPLY_MAGIC 0x504c4252u /* "PLBR" */
 #define BS_STEP_MAGIC 0x504c4243u  /* "PLBC" */
+#define BS_NOTICE_MAGIC 0x504c4244u /* "PLBD" */
 
 #define BS_ADDR_BYTES 24
 #define BS_HELLO_BYTES 48
@@ -106,6 +110,14 @@ struct plait_bootstrap {
     uint8_t secret[PLAIT_SECRET_BYTES];
     char next_str[PLAIT_SOCKADDR_STRLEN];
     char prev_str[PLAIT_SOCKADDR_STRLEN];
+    /* Death notices (see below). in_op: a ring operation owns the ring's
+     * reads (atomic; the notice reader keeps off prev_fd meanwhile). */
+    int in_op;
+    int has_notified;               /* this rank sent its notice */
+    int heard_culprit;              /* the rank the first notice read named, -1: none */
+    int heard_from;                 /* the neighbour it came from */
+    int link_closed[2];             /* [0] next_fd, [1] prev_fd: the neighbour's end closed */
+    int link_noticed[2];            /* a notice came on that link before it closed */
 };
 
 static int roots_running;
@@ -1442,6 +1454,8 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
     bs->nranks = nranks;
     bs->next_fd = -1;
     bs->prev_fd = -1;
+    bs->heard_culprit = -1;
+    bs->heard_from = -1;
     bs->nonce = uid.nonce;
     bs->is_authenticated = uid.is_authenticated;
     bs->timeout_s = opts->timeout_s;
@@ -1516,6 +1530,7 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
                            "bootstrap %s on rank %d: the setup ring is unusable after an earlier failure", op_name,
                            bs->rank);
     uint32_t seq = ++bs->seq;
+    __atomic_store_n(&bs->in_op, 1, __ATOMIC_SEQ_CST);
     for (int step = 0; step < n - 1; step++) {
         uint8_t out[BS_STEP_BYTES], in[BS_STEP_BYTES];
         put_u32(out, BS_STEP_MAGIC);
@@ -1529,6 +1544,11 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
             goto err_broken;
         uint32_t magic = get_u32(in), in_op = get_u32(in + 4), in_seq = get_u32(in + 8), in_step = get_u32(in + 12);
         uint64_t in_size = get_u64(in + 16);
+        if (magic == BS_NOTICE_MAGIC) {
+            status = plait_error(PLAIT_ERR_REMOTE, "rank %u died (as predecessor rank %d (%s) reported)",
+                                 get_u32(in + 4), prev, bs->prev_str);
+            goto err_broken;
+        }
         if (magic != BS_STEP_MAGIC || in_step != (uint32_t)step) {
             status = plait_error(PLAIT_ERR_INTERNAL, "predecessor rank %d (%s) broke the protocol", prev,
                                  bs->prev_str);
@@ -1552,9 +1572,11 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
                 goto err_broken;
         }
     }
+    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
     return PLAIT_SUCCESS;
 
 err_broken:
+    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
     bs->is_broken = 1;
     return plait_error_context(status, "bootstrap %s #%u on rank %d of %d (next %s, prev %s)", op_name, seq, bs->rank,
                                n, bs->next_str, bs->prev_str);
@@ -1603,6 +1625,94 @@ int plait_bootstrap_next_fd(const struct plait_bootstrap *bs)
 int plait_bootstrap_prev_fd(const struct plait_bootstrap *bs)
 {
     return bs ? bs->prev_fd : -1;
+}
+
+/* ---------------------------------------------------------------- death notices
+ *
+ * The setup ring stays connected for the communicator's life, so it tells the
+ * ranks who failed first, whatever carries their data (shared memory, sockets,
+ * any net provider). A rank whose operation fails because a peer died sends
+ * one notice naming the dead rank on both ring connections, before it returns
+ * the error (and so before it can exit and close them). A rank that reads a
+ * notice fails its own wait naming that rank, and sends its own notice on in
+ * turn, so the news walks the ring both ways past the hole the dead rank left.
+ *
+ * The ring also tells a death from a report: TCP delivers a connection's bytes
+ * before its end, so a neighbour's connection that ends without a notice
+ * first belongs to a process that died (or left without reporting any
+ * failure), and one that ends after a notice to a survivor that merely saw
+ * someone else die. */
+
+static void notice_read(struct plait_bootstrap *bs, int link, int fd, int from)
+{
+    uint8_t msg[BS_STEP_BYTES];
+    while (fd >= 0 && !bs->link_closed[link]) {
+        ssize_t n = recv(fd, msg, sizeof(msg), MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            bs->link_closed[link] = 1; /* EOF, or reset: the neighbour's end is gone */
+            return;
+        }
+        /* Nothing yet, part of a notice, or a ring step (which only a ring
+         * operation reads). */
+        if (n < (ssize_t)sizeof(msg) || get_u32(msg) != BS_NOTICE_MAGIC)
+            return;
+        if (recv(fd, msg, sizeof(msg), MSG_DONTWAIT) != (ssize_t)sizeof(msg))
+            return;
+        bs->link_noticed[link] = 1;
+        const uint32_t culprit = get_u32(msg + 4);
+        /* Checked: a notice naming no rank, the sender or this rank is ignored. */
+        if (bs->heard_culprit < 0 && culprit < (uint32_t)bs->nranks && (int)culprit != bs->rank &&
+            (int)culprit != from) {
+            bs->heard_culprit = (int)culprit;
+            bs->heard_from = from;
+        }
+    }
+}
+
+void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit)
+{
+    if (!bs || bs->nranks < 2 || culprit < 0 || culprit >= bs->nranks || culprit == bs->rank)
+        return;
+    if (__atomic_exchange_n(&bs->has_notified, 1, __ATOMIC_ACQ_REL))
+        return;
+    uint8_t msg[BS_STEP_BYTES];
+    memset(msg, 0, sizeof(msg));
+    put_u32(msg, BS_NOTICE_MAGIC);
+    put_u32(msg + 4, (uint32_t)culprit);
+    /* 24 bytes into a connection that carries nothing else by now: they fit
+     * in the socket buffer; a dead neighbour's connection just fails. */
+    const int fds[2] = {bs->next_fd, bs->prev_fd};
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            (void)send(fds[i], msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out)
+{
+    if (!bs || bs->nranks < 2)
+        return 0;
+    const int n = bs->nranks;
+    notice_read(bs, 0, bs->next_fd, (bs->rank + 1) % n);
+    if (!__atomic_load_n(&bs->in_op, __ATOMIC_SEQ_CST))
+        notice_read(bs, 1, bs->prev_fd, (bs->rank + n - 1) % n);
+    if (bs->heard_culprit < 0)
+        return 0;
+    *culprit_out = bs->heard_culprit;
+    *from_out = bs->heard_from;
+    return 1;
+}
+
+int plait_bootstrap_neighbour_died(const struct plait_bootstrap *bs, int rank)
+{
+    if (!bs || bs->nranks < 2)
+        return 0;
+    const int n = bs->nranks;
+    int died = 0;
+    if (rank == (bs->rank + 1) % n)
+        died |= bs->link_closed[0] && !bs->link_noticed[0];
+    if (rank == (bs->rank + n - 1) % n)
+        died |= bs->link_closed[1] && !bs->link_noticed[1];
+    return died;
 }
 
 void plait_bootstrap_close(struct plait_bootstrap *bs)

@@ -105,6 +105,25 @@ int plait_bootstrap_is_authenticated(const struct plait_bootstrap *bs);
 int plait_bootstrap_next_fd(const struct plait_bootstrap *bs);
 int plait_bootstrap_prev_fd(const struct plait_bootstrap *bs);
 
+/* Death notices on the setup ring (see bootstrap.c): once the communicator is
+ * up, a rank whose operation failed because `culprit` died tells its ring
+ * neighbours, which tell theirs when they fail in turn, so that every rank
+ * names the first failed rank whatever transport showed it the failure.
+ *
+ * notify_death: sends the notice (the first call only; later ones do nothing).
+ * Non-blocking; a neighbour that is gone is skipped. Call it before returning
+ * the error, so that the notice precedes this rank's exit.
+ * poll_notices: reads what notices have arrived, without blocking (not the
+ * predecessor's connection while a ring allgather or barrier runs); returns 1
+ * and the rank the first one named, and the neighbour it came from, else 0.
+ * neighbour_died: whether `rank` is a ring neighbour whose connection has
+ * ended (as seen by poll_notices) with no notice first: that process died, or
+ * left without reporting a failure.
+ * One thread at a time per bootstrap for the three (the waiting thread). */
+void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit);
+int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out);
+int plait_bootstrap_neighbour_died(const struct plait_bootstrap *bs, int rank);
+
 /* Closes sockets and frees. NULL is a no-op. */
 void plait_bootstrap_close(struct plait_bootstrap *bs);
 

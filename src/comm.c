@@ -244,6 +244,10 @@ void plait_comm_check_peers(struct plait_comm *comm)
         struct pollfd pfd = {.fd = comm->pidfds[p], .events = POLLIN};
         if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
+        /* Kept after the pidfd goes: a wait that needs this peer (a FIFO slot,
+         * a small-message box) then fails at once. */
+        if (comm->peer_exited)
+            __atomic_store_n(&comm->peer_exited[p], 1, __ATOMIC_RELEASE);
         /* The process is gone: what it left in our FIFOs is still read; waiting
          * for more becomes an error. */
         for (int c = 0; c < comm->ncls; c++) {
@@ -282,15 +286,68 @@ void plait_comm_check_peers(struct plait_comm *comm)
             comm->dead_reporter = p;
         }
     }
+    /* Every rank, on any host: a notice on the bootstrap ring that a rank
+     * failed because another died. */
+    int culprit = -1, from = -1;
+    if (plait_bootstrap_poll_notices(comm->bs, &culprit, &from) && culprit != comm->rank &&
+        (comm->dead_peer < 0 || (comm->dead_peer == from && comm->dead_reporter < 0))) {
+        comm->dead_peer = culprit;
+        comm->dead_reporter = from;
+    }
 }
 
 void plait_comm_publish_death(struct plait_comm *comm, int peer)
 {
-    if (peer < 0 || peer >= comm->nranks || comm->my_ops == comm->local_ops)
+    if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
         return;
-    uint64_t none = 0;
-    __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
+    if (comm->my_ops != comm->local_ops) {
+        uint64_t none = 0;
+        __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+    }
+    plait_bootstrap_notify_death(comm->bs, peer);
+}
+
+/* Who failed first, when `peer` is gone: *reporter_out is the rank that said
+ * so, or -1 when this rank's own evidence decided. */
+static int blame(struct plait_comm *comm, int peer, int *reporter_out)
+{
+    *reporter_out = -1;
+    const double until = plait_deadline(PLAIT_BLAME_GRACE_S);
+    for (;;) {
+        plait_comm_check_peers(comm);
+        if (comm->dead_peer >= 0 && comm->dead_peer != comm->rank) {
+            if (comm->dead_peer != peer)
+                *reporter_out = comm->dead_reporter;
+            return comm->dead_peer;
+        }
+        /* A same-host peer whose header we read: check_peers has taken any
+         * death it reported. A neighbour on the ring whose connection ended
+         * with no notice: it died itself. */
+        if ((comm->peer_exited && comm->peer_exited[peer] && comm->peer_ops && comm->peer_ops[peer]) ||
+            plait_bootstrap_neighbour_died(comm->bs, peer))
+            return peer;
+        if (plait_deadline_passed(until))
+            return peer;
+        usleep(1000);
+    }
+}
+
+plait_result_t plait_comm_peer_gone(struct plait_comm *comm, int peer, const char *what)
+{
+    int reporter = -1;
+    const int culprit = blame(comm, peer, &reporter);
+    /* Before anything else (this rank may exit after returning the error):
+     * the ranks waiting on us must learn who really died. */
+    plait_comm_publish_death(comm, culprit);
+    char who[160], dead[160], by[48] = "";
+    plait_peer_str(comm, peer, who, sizeof(who));
+    if (culprit == peer)
+        return plait_error(PLAIT_ERR_REMOTE, "%s is gone (%s)", who, what);
+    if (reporter >= 0)
+        snprintf(by, sizeof(by), " (as rank %d found)", reporter);
+    return plait_error(PLAIT_ERR_REMOTE, "%s died%s; %s is gone with it (%s)",
+                       plait_peer_str(comm, culprit, dead, sizeof(dead)), by, who, what);
 }
 
 /* ------------------------------------------------------------ init */
@@ -323,6 +380,7 @@ static void comm_release(struct plait_comm *comm)
     plait_bootstrap_close(comm->bs);
     regs_free(comm);
     free(comm->pidfds);
+    free(comm->peer_exited);
     free(comm->peer_ops);
     free(comm->conns);
     free(comm->tp_of);
@@ -336,6 +394,7 @@ static void comm_release(struct plait_comm *comm)
     free(__atomic_exchange_n(&comm->scratch_cache, NULL, __ATOMIC_ACQ_REL));
     comm->bs = NULL;
     comm->pidfds = NULL;
+    comm->peer_exited = NULL;
     comm->peer_ops = NULL;
     comm->conns = NULL;
     comm->tp_of = NULL;
@@ -482,9 +541,11 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     comm->conns = calloc((size_t)n * (size_t)comm->ncls, sizeof(*comm->conns));
     comm->tp_of = calloc((size_t)n, 1);
     comm->pidfds = malloc(sizeof(int) * (size_t)n);
+    comm->peer_exited = calloc((size_t)n, 1);
     comm->peer_ops = calloc((size_t)n, sizeof(*comm->peer_ops));
     comm->host_of = calloc((size_t)n * 2, sizeof(int32_t));
-    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_ops || !comm->host_of) {
+    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_exited ||
+        !comm->peer_ops || !comm->host_of) {
         status = plait_error(PLAIT_ERR_SYSTEM, "init: out of memory for %d ranks", n);
         goto out;
     }

@@ -69,9 +69,12 @@ struct plait_comm {
     uint8_t *tp_of;         /* transport id per peer */
     void *tp_state[PLAIT_TP_COUNT];
     int *pidfds;            /* per peer: pidfd of a same-host process, else -1 */
+    uint8_t *peer_exited;   /* per peer: its process is known gone (its pidfd fired) */
     /* Operation counters {issued, completed}: ours are published where same-host
      * peers can read them (the shm segment's header), so that a peer that died
-     * with issued > completed is known to have crashed mid-operation. */
+     * with issued > completed is known to have crashed mid-operation. An
+     * operation that returned an error counts as completed: the rank did not
+     * crash in it. */
     uint64_t local_ops[3];  /* {issued, completed, culprit + 1}: see PLAIT_OPS_* */
     uint64_t *my_ops;
     const uint64_t **peer_ops;
@@ -236,9 +239,35 @@ void plait_comm_check_peers(struct plait_comm *comm);
  * PLAIT_SUCCESS. The caller adds which operation waited. */
 plait_result_t plait_comm_check_waiting(struct plait_comm *comm);
 
-/* Publishes that `peer` died under one of our operations, so that same-host
- * ranks waiting on us (not on it) name the rank that really died. */
+/* Publishes that `peer` died under one of our operations, so that ranks
+ * waiting on us (not on it) name the rank that really died: in our shm header
+ * for same-host ranks, and as a notice on the bootstrap ring for every rank. */
 void plait_comm_publish_death(struct plait_comm *comm, int peer);
+
+/* The error of a wait that cannot complete because `peer` is gone (its
+ * connection closed, its process exited): names the rank that failed first,
+ * which is `peer` itself unless it only saw another rank die. Where `peer`'s
+ * own report can be read at once (same host, through shared memory) that
+ * decides; otherwise the bootstrap ring does (a notice, or the neighbour's
+ * connection ending without one), waited for up to PLAIT_BLAME_GRACE_S.
+ * Publishes the death (plait_comm_publish_death) before it returns.
+ * `what` says what the rank waited for. Returns PLAIT_ERR_REMOTE. */
+plait_result_t plait_comm_peer_gone(struct plait_comm *comm, int peer, const char *what);
+#define PLAIT_BLAME_GRACE_S 0.5
+
+/* What a timed-out operation was waiting for, for its message: the peers and,
+ * for each, what did not come (a static string). */
+#define PLAIT_WAITS_MAX 8
+struct plait_waits {
+    int n;
+    int peer[PLAIT_WAITS_MAX];
+    const char *what[PLAIT_WAITS_MAX];
+};
+/* Adds (peer, what) unless it is there already or the list is full. */
+void plait_waits_add(struct plait_waits *w, int peer, const char *what);
+/* The PLAIT_ERR_TIMEOUT of op after timeout_s, naming the peers in w (the
+ * executor and the small-message path build it the same way). */
+plait_result_t plait_timeout_error(const struct plait_op *op, double timeout_s, const struct plait_waits *w);
 
 #define PLAIT_OPS_ISSUED 0
 #define PLAIT_OPS_COMPLETED 1
