@@ -85,7 +85,12 @@ int main(int argc, char **argv)
         if (n) {
             char range[96];
             plait_env_number_range(n, range, sizeof(range));
-            printf("      accepts: %s, %s\n", form_name(n->form), range);
+            /* As src/env.c's parser: NCCL's spellings take hexadecimal too. */
+            const char *nccl = v->nccl_name ? v->nccl_name : strncmp(v->name, "NCCL_", 5) == 0 ? v->name : NULL;
+            printf("      accepts: %s, %s", form_name(n->form), range);
+            if (nccl && n->form != PLAIT_ENV_SECONDS)
+                printf("; %s also 0x and hexadecimal digits, as NCCL reads it", nccl);
+            printf("\n");
         }
         printf("      %s\n", v->doc);
     }
