@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "log.h"
 #include "model.h"
 #include "topo.h"
@@ -482,4 +483,65 @@ Test(file_output, debug_file_fifo_without_reader_does_not_block)
     struct stat st;
     cr_assert_eq(lstat(fifo, &st), 0);
     cr_expect(S_ISFIFO(st.st_mode));
+}
+
+/* ---------------------------------------------------------------- a reader that went away */
+
+/* A write to a pipe or FIFO whose reader is gone raises SIGPIPE, whose
+ * default action ends the process: a dump or a log line must fail with
+ * EPIPE instead, and the program (say, a training job whose log reader
+ * exited) go on. */
+static int write_closed_pipe(const char *unused)
+{
+    (void)unused;
+    int p[2];
+    if (pipe(p) != 0)
+        return 10;
+    close(p[0]);
+    char path[64], why[1400] = "";
+    snprintf(path, sizeof(path), "/dev/fd/%d", p[1]);
+    const int r = plait_file_write(path, "<topology/>\n", 12, why, sizeof(why));
+    close(p[1]);
+    if (r == -1 && strstr(why, strerror(EPIPE)))
+        return 0;
+    fprintf(stderr, "plait_file_write to a pipe nobody reads any more: %d, %s\n", r, why);
+    return 1;
+}
+
+Test(file_output, write_to_a_gone_reader_fails_without_sigpipe)
+{
+    cr_expect_eq(in_child(write_closed_pipe, "a pipe whose reader is closed", false), 0,
+                 "see the child's message above");
+}
+
+static int log_to_fifo_reader_gone(const char *fifo)
+{
+    /* The reader is there when the log is opened, and leaves. */
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (reader < 0)
+        return 10;
+    char why[1400] = "";
+    FILE *f = plait_file_open(fifo, true, why, sizeof(why));
+    if (f == NULL) {
+        fprintf(stderr, "plait_file_open of a FIFO with a reader: %s\n", why);
+        return 1;
+    }
+    close(reader);
+    const int put = fprintf(f, "a log line\n");
+    const int flushed = fflush(f);
+    const int err = errno;
+    fclose(f);
+    if (flushed == EOF && err == EPIPE)
+        return 0;
+    fprintf(stderr, "a log line to a FIFO whose reader left: fprintf %d, fflush %d (%s)\n", put, flushed,
+            strerror(err));
+    return 1;
+}
+
+Test(file_output, log_stream_to_a_gone_reader_fails_without_sigpipe)
+{
+    char fifo[300];
+    in_scratch(fifo, sizeof(fifo), "log.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(in_child(log_to_fifo_reader_gone, fifo, false), 0, "see the child's message above");
 }
