@@ -24,7 +24,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
      "Append the log to this file instead of stderr; %h = host name, %p = pid. A symbolic link's target, a FIFO, a "
      "character device or /dev/stdout is written as such; one that cannot be opened (a FIFO nobody reads) gives one "
-     "WARN on stderr, which then takes the log."},
+     "WARN on stderr, which then takes the log. Opened once and kept open across inits (a FIFO's reader sees one "
+     "stream), reopened when the name changes or another file takes its place (a rotated log)."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
      "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -544,4 +545,85 @@ Test(file_output, log_stream_to_a_gone_reader_fails_without_sigpipe)
     in_scratch(fifo, sizeof(fifo), "log.fifo");
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     cr_expect_eq(in_child(log_to_fifo_reader_gone, fifo, false), 0, "see the child's message above");
+}
+
+/* ---------------------------------------------------------------- one log file per process */
+
+/* PLAIT_DEBUG_FILE is opened once, not at every init: each communicator init
+ * and plait_get_unique_id configures the log, and closing a FIFO's only writer
+ * to reopen it ends the reader's stream (`cat fifo` sees end of file and exits,
+ * and what follows goes nowhere). Counted by inotify: the FIFO is opened for
+ * writing once and never closed until the log is turned off. */
+static int log_opened_once(const char *fifo)
+{
+    const int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* `cat fifo` */
+    const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (reader < 0 || in < 0 || inotify_add_watch(in, fifo, IN_OPEN | IN_CLOSE_WRITE) < 0)
+        return 10;
+    setenv("PLAIT_DEBUG", "WARN", 1);
+    setenv("PLAIT_DEBUG_FILE", fifo, 1);
+    for (int i = 0; i < 3; i++) {
+        plait_log_configure(); /* as each init does */
+        PLAIT_WARN(PLAIT_SUBSYS_INIT, "line %d", i);
+    }
+    int opens = 0, closes = 0;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len) {
+            const struct inotify_event *e = (const void *)p;
+            opens += (e->mask & IN_OPEN) != 0;
+            closes += (e->mask & IN_CLOSE_WRITE) != 0;
+        }
+    char text[4096] = "";
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof(text) - 1 && (k = read(reader, text + got, sizeof(text) - 1 - got)) > 0)
+        got += (size_t)k;
+    text[got] = '\0';
+    const int has_lines = strstr(text, "line 0") && strstr(text, "line 1") && strstr(text, "line 2");
+    if (opens == 1 && closes == 0 && has_lines)
+        return 0;
+    fprintf(stderr, "3 log configurations: the FIFO was opened %d times and its writer closed %d times; it "
+                    "holds: %s\n", opens, closes, text);
+    return 1;
+}
+
+Test(file_output, debug_file_opened_once_per_process)
+{
+    char fifo[300];
+    in_scratch(fifo, sizeof(fifo), "log-once.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(in_child(log_opened_once, fifo, false), 0, "see the child's message above");
+}
+
+/* ... but a log file removed (or rotated away) between two inits is created
+ * anew at its name, as when every init opened it. */
+static int log_reopened_after_removal(const char *path)
+{
+    setenv("PLAIT_DEBUG", "WARN", 1);
+    setenv("PLAIT_DEBUG_FILE", path, 1);
+    plait_log_configure();
+    PLAIT_WARN(PLAIT_SUBSYS_INIT, "before the removal");
+    if (unlink(path) != 0)
+        return 10;
+    plait_log_configure();
+    PLAIT_WARN(PLAIT_SUBSYS_INIT, "after the removal");
+    FILE *f = fopen(path, "r");
+    char text[4096] = "";
+    const size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = '\0';
+    if (f)
+        fclose(f);
+    if (strstr(text, "after the removal") && !strstr(text, "before the removal"))
+        return 0;
+    fprintf(stderr, "the log file removed between two inits %s: %s\n", f ? "holds" : "is not there again", text);
+    return 1;
+}
+
+Test(file_output, debug_file_removed_between_inits_is_created_again)
+{
+    char path[300];
+    in_scratch(path, sizeof(path), "rotated.log");
+    cr_expect_eq(in_child(log_reopened_after_removal, path, false), 0, "see the child's message above");
 }
