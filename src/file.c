@@ -307,6 +307,11 @@ int plait_file_write(const char *path, const void *data, size_t n, char *why, si
          * any program would do, write the file itself. */
         if ((err == EACCES || err == EPERM) && t.exists && access(t.path, W_OK) == 0)
             return write_in_place(&t, data, n, why, len);
+        /* A name so near NAME_MAX that the temporary's longer one does not
+         * fit beside it: write (or create) the file itself, not atomically,
+         * rather than refuse a name any program can write. */
+        if (err == ENAMETOOLONG)
+            return write_in_place(&t, data, n, why, len);
         return fail(why, len, "cannot create %s: cannot create a file in its directory %s: %s", t.shown, dir,
                     strerror(err));
     }

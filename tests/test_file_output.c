@@ -375,6 +375,32 @@ Test(file_output, dump_regular_file_keeps_mode)
     expect_only(scratch, names, 1);
 }
 
+/* A name near NAME_MAX (255 bytes) leaves no room for the temporary's
+ * longer name beside it: the file is then written where it is, as any
+ * program would, not refused. */
+Test(file_output, dump_long_name_written)
+{
+    char name[256], path[600];
+    memset(name, 'x', 250);
+    snprintf(name + 250, sizeof(name) - 250, ".xml");
+    in_scratch(path, sizeof(path), name);
+    for (int exists = 0; exists < 2; exists++) {
+        if (exists)
+            write_text(path, "old contents\n", 0640);
+        else
+            unlink(path);
+        struct plait_topo *t = small_topo();
+        plait_result_t r = plait_topo_dump_xml(t, path); /* plait-topo --dump PATH */
+        plait_topo_free(t);
+        cr_assert_eq(r, PLAIT_SUCCESS, "dump to a %zu-byte name (%s): %s", strlen(name), exists ? "existing" : "new",
+                     plait_last_error_get());
+        char *xml = read_file(path);
+        cr_expect(strstr(xml, "<plait_topology") != NULL && strstr(xml, "old contents") == NULL, "not written:\n%.200s",
+                  xml);
+        free(xml);
+    }
+}
+
 /* The dump into a directory this process may not write. Root may write
  * anywhere, so as root a child that has given up root does it. */
 static int dump_unwritable(const char *path)
