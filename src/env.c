@@ -316,13 +316,18 @@ int plait_env_number_parse(const struct plait_env_number *spec, const char *text
     return 0;
 }
 
+const struct plait_env_number *plait_env_number_find(const char *name)
+{
+    for (size_t i = 0; i < plait_env_numbers_len; i++)
+        if (strcmp(plait_env_numbers[i].name, name) == 0)
+            return &plait_env_numbers[i];
+    return NULL;
+}
+
 plait_result_t plait_env_number(const char *name, double *value_out, int *is_set_out)
 {
-    const struct plait_env_number *spec = NULL;
+    const struct plait_env_number *spec = plait_env_number_find(name);
     const struct plait_env_var *var = NULL;
-    for (size_t i = 0; i < plait_env_numbers_len && !spec; i++)
-        if (strcmp(plait_env_numbers[i].name, name) == 0)
-            spec = &plait_env_numbers[i];
     for (size_t i = 0; i < plait_env_table_len && !var; i++)
         if (strcmp(plait_env_table[i].name, name) == 0)
             var = &plait_env_table[i];

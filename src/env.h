@@ -68,6 +68,9 @@ plait_result_t plait_env_number(const char *name, double *value_out, int *is_set
 int plait_env_number_parse(const struct plait_env_number *spec, const char *text, bool is_nccl_spelling,
                            double *value_out, char *why, size_t why_len);
 
+/* The plait_env_numbers entry of `name`, or NULL when it is not numeric. */
+const struct plait_env_number *plait_env_number_find(const char *name);
+
 /* "1..32", "4096..1G", "auto or 0..1": the accepted range as text. */
 void plait_env_number_range(const struct plait_env_number *spec, char *buf, size_t len);
 
