@@ -121,11 +121,13 @@ static void register_atfork(void)
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+void plait_fork_hooks(void)
+{
+    pthread_once(&atfork_once, register_atfork);
+}
+
 pid_t plait_self_pid(void)
 {
-    /* The child's handler must exist before a pid is cached: streams and
-     * events may come before any communicator. */
-    pthread_once(&atfork_once, register_atfork);
     pid_t p = __atomic_load_n(&pid_cache, __ATOMIC_RELAXED);
     if (!p) {
         p = getpid();

@@ -180,8 +180,10 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
  * bytes); *has_secret = 0 when neither is set. */
 plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
 
-/* getpid(), cached (the cache is cleared in a forked child by an atfork
- * handler, registered by the first call). */
+/* getpid(), cached (the cache is cleared in a forked child by the atfork
+ * handler plait_fork_hooks registers: call that first, as comm_alloc, stream
+ * and event creation do, before a pid is cached). */
+void plait_fork_hooks(void);
 pid_t plait_self_pid(void);
 
 /* Validation shared by the API entry points. plait_comm_check_handle: comm is

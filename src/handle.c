@@ -30,17 +30,9 @@
  * comes back only after this many more objects have been destroyed. */
 #define QUARANTINE 64
 
-struct table {
-    struct table *retired_next; /* replaced tables, kept for readers that may still walk them */
-    size_t cap;                 /* a power of two */
-    unsigned shift;             /* 64 - log2(cap): the hash's top bits index the table */
-    size_t live;
-    uintptr_t slots[];
-};
-
+struct plait_handle_table *plait_handle_tables[PLAIT_HANDLE_KINDS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct table *tables[PLAIT_HANDLE_KINDS];
-static struct table *retired;
+static struct plait_handle_table *retired;
 static void *quarantine[QUARANTINE];
 static size_t quarantine_next;
 
@@ -62,28 +54,21 @@ static void register_atfork(void)
     pthread_atfork(lock_prefork, lock_postfork, lock_postfork);
 }
 
-/* Fibonacci hashing: the top bits of the product mix every bit of the
- * address, whose low bits (alignment) are all zero. */
-static size_t slot_of(const struct table *t, uintptr_t key)
-{
-    return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ull) >> t->shift);
-}
-
 /* Into a table with a free slot (live < cap); under the lock, or before the
  * table is published. */
-static void put(struct table *t, uintptr_t key)
+static void put(struct plait_handle_table *t, uintptr_t key)
 {
     const size_t mask = t->cap - 1;
-    size_t i = slot_of(t, key);
+    size_t i = plait_handle_slot(t, key);
     while (t->slots[i] != SLOT_EMPTY && t->slots[i] != SLOT_TOMB)
         i = (i + 1) & mask;
     __atomic_store_n(&t->slots[i], key, __ATOMIC_RELEASE);
     t->live++;
 }
 
-static struct table *table_new(size_t cap)
+static struct plait_handle_table *table_new(size_t cap)
 {
-    struct table *t = calloc(1, sizeof(*t) + cap * sizeof(uintptr_t));
+    struct plait_handle_table *t = calloc(1, sizeof(*t) + cap * sizeof(uintptr_t));
     if (!t)
         return NULL;
     t->cap = cap;
@@ -102,9 +87,9 @@ int plait_handle_add(int kind, const void *h)
     if (kind < 0 || kind >= PLAIT_HANDLE_KINDS || key <= SLOT_TOMB)
         return -1;
     pthread_mutex_lock(&lock);
-    struct table *t = tables[kind];
+    struct plait_handle_table *t = plait_handle_tables[kind];
     if (!t || (t->live + 1) * 4 > t->cap * 3) {
-        struct table *n = table_new(t ? t->cap * 2 : MIN_SLOTS);
+        struct plait_handle_table *n = table_new(t ? t->cap * 2 : MIN_SLOTS);
         if (!n) {
             pthread_mutex_unlock(&lock);
             return -1;
@@ -112,7 +97,7 @@ int plait_handle_add(int kind, const void *h)
         for (size_t i = 0; t && i < t->cap; i++)
             if (t->slots[i] > SLOT_TOMB)
                 put(n, t->slots[i]);
-        __atomic_store_n(&tables[kind], n, __ATOMIC_RELEASE);
+        __atomic_store_n(&plait_handle_tables[kind], n, __ATOMIC_RELEASE);
         if (t) {
             t->retired_next = retired;
             retired = t;
@@ -125,10 +110,10 @@ int plait_handle_add(int kind, const void *h)
 }
 
 /* The slot index of key in t, or -1; walks at most the whole table. */
-static long find(const struct table *t, uintptr_t key)
+static long find(const struct plait_handle_table *t, uintptr_t key)
 {
     const size_t mask = t->cap - 1;
-    size_t i = slot_of(t, key);
+    size_t i = plait_handle_slot(t, key);
     for (size_t n = 0; n < t->cap; n++, i = (i + 1) & mask) {
         const uintptr_t k = __atomic_load_n(&t->slots[i], __ATOMIC_ACQUIRE);
         if (k == key)
@@ -145,7 +130,7 @@ void plait_handle_remove(int kind, const void *h)
     if (kind < 0 || kind >= PLAIT_HANDLE_KINDS || key <= SLOT_TOMB)
         return;
     pthread_mutex_lock(&lock);
-    struct table *t = tables[kind];
+    struct plait_handle_table *t = plait_handle_tables[kind];
     long i = t ? find(t, key) : -1;
     if (i >= 0) {
         __atomic_store_n(&t->slots[i], SLOT_TOMB, __ATOMIC_RELEASE);
@@ -154,13 +139,18 @@ void plait_handle_remove(int kind, const void *h)
     pthread_mutex_unlock(&lock);
 }
 
-bool plait_handle_live(int kind, const void *h)
+bool plait_handle_live_probe(const struct plait_handle_table *t, uintptr_t key, size_t i)
 {
-    const uintptr_t key = (uintptr_t)h;
-    if (kind < 0 || kind >= PLAIT_HANDLE_KINDS || key <= SLOT_TOMB)
-        return false;
-    const struct table *t = __atomic_load_n(&tables[kind], __ATOMIC_ACQUIRE);
-    return t && find(t, key) >= 0;
+    const size_t mask = t->cap - 1;
+    for (size_t n = 1; n < t->cap; n++) {
+        i = (i + 1) & mask;
+        const uintptr_t k = __atomic_load_n(&t->slots[i], __ATOMIC_ACQUIRE);
+        if (k == key)
+            return true;
+        if (k == SLOT_EMPTY)
+            return false;
+    }
+    return false;
 }
 
 void plait_handle_retire(void *p)

@@ -16,6 +16,8 @@
 #define PLAIT_HANDLE_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 enum plait_handle_kind {
     PLAIT_HANDLE_COMM,         /* plait_comm_t, from comm_alloc to its destruction */
@@ -34,11 +36,44 @@ int plait_handle_add(int kind, const void *h);
 /* Removes `h` from `kind` (nothing when absent). Thread-safe (a lock). */
 void plait_handle_remove(int kind, const void *h);
 
-/* Whether `h` is a live handle of `kind`: any pointer value may be asked
- * about, none is dereferenced. Lock-free (a few loads): the check of every
- * call. A handle removed before the call began (in happens-before order) is
- * never reported live. */
-bool plait_handle_live(int kind, const void *h);
+/* One kind's table (handle.c says how it is kept). Exposed only for the
+ * inline first probe below. */
+struct plait_handle_table {
+    struct plait_handle_table *retired_next; /* replaced tables, kept for readers that may still walk them */
+    size_t cap;                              /* a power of two */
+    unsigned shift;                          /* 64 - log2(cap): the hash's top bits index the table */
+    size_t live;
+    uintptr_t slots[];                       /* 0: never used, 1: tombstone, else a live handle */
+};
+extern struct plait_handle_table *plait_handle_tables[PLAIT_HANDLE_KINDS];
+
+/* Fibonacci hashing: the top bits of the product mix every bit of the
+ * address, whose low bits (alignment) are all zero. */
+static inline size_t plait_handle_slot(const struct plait_handle_table *t, uintptr_t key)
+{
+    return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ull) >> t->shift);
+}
+
+/* The rest of the probe sequence after slot i (handle.c). */
+bool plait_handle_live_probe(const struct plait_handle_table *t, uintptr_t key, size_t i);
+
+/* Whether `h` is a live handle of `kind` (a constant): any pointer value may
+ * be asked about, none is dereferenced. Lock-free: the check of every call,
+ * inline up to the first probe (two acquire loads, a multiply), which finds
+ * a live handle unless it collided. A handle removed before the call began
+ * (in happens-before order) is never reported live. */
+static inline bool plait_handle_live(int kind, const void *h)
+{
+    const uintptr_t key = (uintptr_t)h;
+    const struct plait_handle_table *t = __atomic_load_n(&plait_handle_tables[kind], __ATOMIC_ACQUIRE);
+    if (!t || key <= 1)
+        return false;
+    const size_t i = plait_handle_slot(t, key);
+    const uintptr_t k = __atomic_load_n(&t->slots[i], __ATOMIC_ACQUIRE);
+    if (k == key)
+        return true;
+    return k != 0 && plait_handle_live_probe(t, key, i);
+}
 
 /* Frees `p` (malloc'd) later: it joins a FIFO of the last destroyed objects,
  * and the oldest one there is freed. Thread-safe. */

@@ -222,6 +222,7 @@ static plait_result_t stream_new(struct plait_comm *owner, plait_stream_t *out)
     pthread_cond_init(&s->cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
     s->owner = owner;
+    plait_fork_hooks();
     s->owner_pid = plait_self_pid();
     const int registered = plait_handle_add(PLAIT_HANDLE_STREAM, s) == 0;
     if (!registered || pthread_create(&s->thread, NULL, worker_main, s) != 0) {
@@ -367,6 +368,7 @@ plait_result_t plait_stream_from_cuda(void *cuda_stream, plait_stream_t *stream_
         return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_from_cuda: out of memory");
     s->is_cuda = 1;
     s->cu_stream = cuda_stream;
+    plait_fork_hooks();
     s->owner_pid = plait_self_pid();
     if (plait_handle_add(PLAIT_HANDLE_STREAM, s) != 0) {
         free(s);
@@ -387,6 +389,7 @@ plait_result_t plait_event_create(plait_event_t *event_out)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_event_create: out of memory");
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
+    plait_fork_hooks();
     e->owner_pid = plait_self_pid();
     if (plait_handle_add(PLAIT_HANDLE_EVENT, e) != 0) {
         pthread_mutex_destroy(&e->lock);
