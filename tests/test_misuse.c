@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,6 +443,80 @@ Test(misuse, handles_inherited_by_a_forked_child, .timeout = 60)
     cr_expect_eq(plait_event_record(e, s), PLAIT_SUCCESS);
     cr_expect_eq(plait_event_synchronize(e), PLAIT_SUCCESS);
     cr_expect_eq(plait_event_destroy(e), PLAIT_SUCCESS);
+    cr_expect_eq(plait_stream_destroy(s), PLAIT_SUCCESS);
+    cr_expect_eq(plait_comm_destroy(comm), PLAIT_SUCCESS);
+}
+
+/* ---------------------------------------------------------------- the registry under churn */
+
+/* Threads create and destroy events (hundreds live at once: the registry
+ * grows, and reuses its tombstones) while this thread keeps using a stream
+ * and a communicator made before: a live handle is never refused, a
+ * destroyed one always is. */
+#include <pthread.h>
+
+struct churn {
+    int bad;
+    char why[256];
+};
+
+static void *churn_main(void *p)
+{
+    struct churn *c = p;
+    enum { HELD = 150, ROUNDS = 20 };
+    plait_event_t ev[HELD];
+    for (int round = 0; round < ROUNDS && !c->bad; round++) {
+        for (int i = 0; i < HELD; i++)
+            if (plait_event_create(&ev[i]) != PLAIT_SUCCESS) {
+                snprintf(c->why, sizeof(c->why), "plait_event_create: %s", plait_get_last_error(NULL));
+                c->bad = 1;
+                return NULL;
+            }
+        for (int i = 0; i < HELD; i++) {
+            if (plait_event_synchronize(ev[i]) != PLAIT_SUCCESS) {
+                snprintf(c->why, sizeof(c->why), "a live event refused: %s", plait_get_last_error(NULL));
+                c->bad = 1;
+            }
+            plait_event_destroy(ev[i]);
+            if (plait_event_synchronize(ev[i]) != PLAIT_ERR_INVALID_ARGUMENT) {
+                snprintf(c->why, sizeof(c->why), "a destroyed event accepted");
+                c->bad = 1;
+            }
+        }
+    }
+    return NULL;
+}
+
+Test(misuse, registry_under_churn, .timeout = 120)
+{
+    plait_comm_t comm;
+    plait_stream_t s;
+    cr_assert_eq(plait_comm_init_all(&comm, 1, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    cr_assert_eq(plait_stream_create(&s), PLAIT_SUCCESS);
+    enum { NTHREADS = 3 };
+    pthread_t th[NTHREADS];
+    struct churn c[NTHREADS];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < NTHREADS; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, churn_main, &c[i]), 0);
+    int refused = 0, calls = 0;
+    for (int alive = NTHREADS; alive > 0; calls++) {
+        float x[2] = {1, 2}, y[2];
+        if (plait_allreduce(x, y, 2, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL) != PLAIT_SUCCESS ||
+            plait_stream_synchronize(s) != PLAIT_SUCCESS)
+            refused++;
+        alive = 0;
+        for (int i = 0; i < NTHREADS; i++)
+            alive += pthread_tryjoin_np(th[i], NULL) == EBUSY;
+        if (alive == 0)
+            break;
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    cr_expect_eq(refused, 0, "%d of %d calls on live handles were refused: %s", refused, calls,
+                 plait_get_last_error(NULL));
+    for (int i = 0; i < NTHREADS; i++)
+        cr_expect_eq(c[i].bad, 0, "thread %d: %s", i, c[i].why);
     cr_expect_eq(plait_stream_destroy(s), PLAIT_SUCCESS);
     cr_expect_eq(plait_comm_destroy(comm), PLAIT_SUCCESS);
 }
