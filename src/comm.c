@@ -203,7 +203,7 @@ void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->async_lock);
 }
 
-plait_result_t plait_comm_check_handle(struct plait_comm *comm, const char *fn)
+plait_result_t plait_comm_handle_error(struct plait_comm *comm, const char *fn)
 {
     if (!comm)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
@@ -217,10 +217,8 @@ plait_result_t plait_comm_check_handle(struct plait_comm *comm, const char *fn)
                            fn, (void *)comm);
     }
     /* An abort on another thread flips the magic before it leaves the registry. */
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm %p is being aborted (plait_comm_abort)", fn,
-                           (void *)comm);
-    return PLAIT_SUCCESS;
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm %p is being aborted (plait_comm_abort)", fn,
+                       (void *)comm);
 }
 
 plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)

@@ -77,7 +77,7 @@ struct plait_stream {
  * their workers and its events without the threads that would complete
  * them (and with locks those threads may have held): it may only destroy
  * them. */
-plait_result_t plait_stream_check(plait_stream_t s, const char *fn)
+plait_result_t plait_stream_check_live(plait_stream_t s, const char *fn)
 {
     if (!s)
         return PLAIT_SUCCESS;
