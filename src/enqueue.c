@@ -66,7 +66,7 @@ static plait_result_t check_size(size_t count, size_t esize, size_t mult, const 
 
 /* A buffer the call uses, of count * esize * blocks bytes (blocks: the
  * ranks' blocks of a gathered or scattered buffer), after check_size
- * bounded that product by SIZE_MAX / 2: [p, p + bytes) must lie in the
+ * bounded that product by BUF_MAX_BYTES: [p, p + bytes) must lie in the
  * address space, or the count cannot be this buffer's (the reduction would
  * run off the end of memory). */
 static plait_result_t check_range(const void *p, size_t count, size_t esize, size_t blocks, const char *what,
