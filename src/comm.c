@@ -439,7 +439,7 @@ static void comm_free(struct plait_comm *comm)
     plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
     comm->magic = 0;
-    plait_handle_retire(comm); /* its address is not given to the next communicator at once */
+    plait_handle_retire(PLAIT_HANDLE_COMM, comm); /* its address is not given to the next communicator at once */
 }
 
 #define PLAIT_COMM_DEAD 0x646561642d636f6dull
@@ -468,7 +468,7 @@ static void graveyard_push(struct plait_comm *comm)
             plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
             plait_tuner_free(g);
             pthread_mutex_destroy(&g->async_lock);
-            plait_handle_retire(g);
+            plait_handle_retire(PLAIT_HANDLE_COMM, g);
         } else {
             pp = &g->grave_next;
         }
@@ -1202,7 +1202,7 @@ plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
             struct plait_reg *reg = *pp;
             *pp = reg->next;
             reg->magic = 0;
-            plait_handle_retire(reg);
+            plait_handle_retire(PLAIT_RETIRE_OTHER, reg);
             return PLAIT_SUCCESS;
         }
     return plait_error(PLAIT_ERR_INVALID_ARGUMENT,

@@ -26,15 +26,18 @@
 #define SLOT_EMPTY ((uintptr_t)0)
 #define SLOT_TOMB ((uintptr_t)1)
 #define MIN_SLOTS 64
-/* Destroyed objects kept before they are freed: a destroyed handle's address
- * comes back only after this many more objects have been destroyed. */
+/* Destroyed objects kept before they are freed, per queue (a kind of
+ * handle): a destroyed handle's address comes back only after this many more
+ * objects of its queue have been destroyed, whatever else is destroyed
+ * meanwhile (a program destroying an event per step does not flush its
+ * destroyed communicators). */
 #define QUARANTINE 64
 
 struct plait_handle_table *plait_handle_tables[PLAIT_HANDLE_KINDS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct plait_handle_table *retired;
-static void *quarantine[QUARANTINE];
-static size_t quarantine_next;
+static void *quarantine[PLAIT_RETIRE_QUEUES][QUARANTINE];
+static size_t quarantine_next[PLAIT_RETIRE_QUEUES];
 
 /* A forked child inherits the tables (its copies of the parent's handles stay
  * live there, for the owner checks to refuse them and destroy to free them);
@@ -153,14 +156,16 @@ bool plait_handle_live_probe(const struct plait_handle_table *t, uintptr_t key, 
     return false;
 }
 
-void plait_handle_retire(void *p)
+void plait_handle_retire(int queue, void *p)
 {
     if (!p)
         return;
+    if (queue < 0 || queue >= PLAIT_RETIRE_QUEUES)
+        queue = PLAIT_RETIRE_OTHER;
     pthread_mutex_lock(&lock);
-    void *oldest = quarantine[quarantine_next];
-    quarantine[quarantine_next] = p;
-    quarantine_next = (quarantine_next + 1) % QUARANTINE;
+    void *oldest = quarantine[queue][quarantine_next[queue]];
+    quarantine[queue][quarantine_next[queue]] = p;
+    quarantine_next[queue] = (quarantine_next[queue] + 1) % QUARANTINE;
     pthread_mutex_unlock(&lock);
     free(oldest);
 }

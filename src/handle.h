@@ -75,8 +75,14 @@ static inline bool plait_handle_live(int kind, const void *h)
     return k != 0 && plait_handle_live_probe(t, key, i);
 }
 
-/* Frees `p` (malloc'd) later: it joins a FIFO of the last destroyed objects,
- * and the oldest one there is freed. Thread-safe. */
-void plait_handle_retire(void *p);
+/* Quarantine queues: one per kind of object (an aborted handle's object
+ * goes with its kind's: PLAIT_HANDLE_COMM, PLAIT_HANDLE_NCCL_COMM), and one
+ * for the rest (registrations, CUDA windows). */
+#define PLAIT_RETIRE_OTHER PLAIT_HANDLE_KINDS
+#define PLAIT_RETIRE_QUEUES (PLAIT_HANDLE_KINDS + 1)
+
+/* Frees `p` (malloc'd) later: it joins `queue`'s FIFO of the last destroyed
+ * objects, and the oldest one there is freed. Thread-safe. */
+void plait_handle_retire(int queue, void *p);
 
 #endif

@@ -1173,7 +1173,7 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm)
     plait_comm_t pc = __atomic_exchange_n(&comm->pc, NULL, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->magic, 0, __ATOMIC_RELEASE);
     r = pc ? from_plait(plait_comm_destroy(pc)) : ncclSuccess;
-    plait_handle_retire(comm); /* its address is not given to the next wrapper at once */
+    plait_handle_retire(PLAIT_HANDLE_NCCL_COMM, comm); /* its address is not given to the next wrapper at once */
     return r;
 }
 
@@ -1211,7 +1211,7 @@ ncclResult_t pncclCommAbort(ncclComm_t comm)
     while (old) {
         struct ncclComm *next = old->next;
         plait_handle_remove(PLAIT_HANDLE_NCCL_ABORTED, old);
-        plait_handle_retire(old);
+        plait_handle_retire(PLAIT_HANDLE_NCCL_COMM, old);
         old = next;
     }
     return r;

@@ -329,13 +329,13 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
          * are as the parent's threads left them. The struct goes; what it
          * pointed at stays (the child's copy of the parent's memory). */
         plait_handle_remove(PLAIT_HANDLE_STREAM, s);
-        plait_handle_retire(s);
+        plait_handle_retire(PLAIT_HANDLE_STREAM, s);
         return PLAIT_SUCCESS;
     }
     plait_result_t r = plait_stream_synchronize(s);
     plait_handle_remove(PLAIT_HANDLE_STREAM, s);
     if (s->is_cuda) { /* the CUDA stream is the caller's: only the wrapper goes */
-        plait_handle_retire(s);
+        plait_handle_retire(PLAIT_HANDLE_STREAM, s);
         return r;
     }
     pthread_mutex_lock(&s->lock);
@@ -351,7 +351,7 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     pthread_cond_destroy(&s->idle_cond);
-    plait_handle_retire(s); /* its address is not given to the next stream at once */
+    plait_handle_retire(PLAIT_HANDLE_STREAM, s); /* its address is not given to the next stream at once */
     return r;
 }
 
@@ -531,7 +531,7 @@ plait_result_t plait_event_destroy(plait_event_t e)
     if (plait_handle_live(PLAIT_HANDLE_EVENT, e) && e->owner_pid != plait_self_pid()) {
         /* A forked child's copy: the records it waits for are the parent's. */
         plait_handle_remove(PLAIT_HANDLE_EVENT, e);
-        plait_handle_retire(e);
+        plait_handle_retire(PLAIT_HANDLE_EVENT, e);
         return PLAIT_SUCCESS;
     }
     plait_result_t status = event_check(e, "plait_event_destroy");
@@ -548,6 +548,6 @@ plait_result_t plait_event_destroy(plait_event_t e)
         plait_cu_get()->EventDestroy(e->cu_event);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
-    plait_handle_retire(e);
+    plait_handle_retire(PLAIT_HANDLE_EVENT, e);
     return PLAIT_SUCCESS;
 }

@@ -526,3 +526,32 @@ Test(misuse, registry_under_churn, .timeout = 120)
     cr_expect_eq(plait_stream_destroy(s), PLAIT_SUCCESS);
     cr_expect_eq(plait_comm_destroy(comm), PLAIT_SUCCESS);
 }
+
+/* The quarantine keeps a destroyed communicator's address from the next one
+ * whatever else is destroyed meanwhile: a program that creates and destroys
+ * an event per step (or a stream, a registration) must not flush it, or the
+ * next communicator may take the address and a stale handle would act on it
+ * (a call on someone else's communicator, no error). */
+Test(misuse, stale_comm_not_taken_after_event_churn, .timeout = 60)
+{
+    int aliased = 0;
+    for (int round = 0; round < 32; round++) {
+        plait_comm_t old, fresh;
+        cr_assert_eq(plait_comm_init_all(&old, 1, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+        cr_assert_eq(plait_comm_destroy(old), PLAIT_SUCCESS);
+        for (int i = 0; i < 200; i++) {
+            plait_event_t e;
+            cr_assert_eq(plait_event_create(&e), PLAIT_SUCCESS);
+            cr_assert_eq(plait_event_destroy(e), PLAIT_SUCCESS);
+        }
+        cr_assert_eq(plait_comm_init_all(&fresh, 1, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+        int n = 0;
+        const plait_result_t r = plait_comm_count(old, &n);
+        if (fresh == old || r != PLAIT_ERR_INVALID_ARGUMENT)
+            aliased++;
+        cr_expect_eq(r, PLAIT_ERR_INVALID_ARGUMENT, "round %d: the destroyed comm %p answered %d (the new one is %p)",
+                     round, (void *)old, (int)r, (void *)fresh);
+        cr_assert_eq(plait_comm_destroy(fresh), PLAIT_SUCCESS);
+    }
+    cr_expect_eq(aliased, 0, "a destroyed communicator's address went to a new one in %d of 32 rounds", aliased);
+}

@@ -188,7 +188,7 @@ static void window_free(struct plait_window *w, const struct plait_cu *cu, int n
     free(w->peer_base);
     free(w->ipc_map);
     w->magic = 0;
-    plait_handle_retire(w); /* its address is not given to the next window at once */
+    plait_handle_retire(PLAIT_RETIRE_OTHER, w); /* its address is not given to the next window at once */
 }
 
 /* The rank's part of a registration: checks, the flag block (first window),
