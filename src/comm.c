@@ -459,16 +459,21 @@ static void graveyard_push(struct plait_comm *comm)
      * "not a live communicator"). */
     plait_handle_add(PLAIT_HANDLE_COMM_ABORTED, comm);
     plait_handle_remove(PLAIT_HANDLE_COMM, comm);
+    /* The expired graves are freed after grave_lock is released: the
+     * registry's lock is never taken under it. A fork takes the registry's
+     * lock before grave_lock (its prepare handlers run in reverse order of
+     * registration, and the registry's are registered after these), so
+     * taking them the other way round here could deadlock a fork on
+     * another thread. */
+    struct plait_comm *expired = NULL;
     pthread_mutex_lock(&grave_lock);
     struct plait_comm **pp = &graveyard;
     while (*pp) {
         struct plait_comm *g = *pp;
         if (now - g->dead_since > GRAVE_SECONDS) {
             *pp = g->grave_next;
-            plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
-            plait_tuner_free(g);
-            pthread_mutex_destroy(&g->async_lock);
-            plait_handle_retire(PLAIT_HANDLE_COMM, g);
+            g->grave_next = expired;
+            expired = g;
         } else {
             pp = &g->grave_next;
         }
@@ -476,6 +481,14 @@ static void graveyard_push(struct plait_comm *comm)
     comm->grave_next = graveyard;
     graveyard = comm;
     pthread_mutex_unlock(&grave_lock);
+    while (expired) {
+        struct plait_comm *g = expired;
+        expired = g->grave_next;
+        plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
+        plait_tuner_free(g);
+        pthread_mutex_destroy(&g->async_lock);
+        plait_handle_retire(PLAIT_HANDLE_COMM, g);
+    }
 }
 
 static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
