@@ -246,6 +246,23 @@ double mr_now(void)
     return now_s();
 }
 
+void mr_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int mr_names_rank(const char *text, int r)
+{
+    char pat[32];
+    int n = snprintf(pat, sizeof(pat), "rank %d", r);
+    for (const char *p = strstr(text, pat); p; p = strstr(p + 1, pat))
+        if (p[n] < '0' || p[n] > '9')
+            return 1;
+    return 0;
+}
+
 #define MAX_NOTED 4096
 static pid_t noted_pids[MAX_NOTED];
 static int n_noted;

@@ -99,5 +99,9 @@ void mr_note_child(pid_t pid);
 
 /* Monotonic seconds (comparable between processes of one machine). */
 double mr_now(void);
+/* Sleeps ms milliseconds (whatever signals come). */
+void mr_sleep_ms(int ms);
+/* Whether text contains "rank <r>" not followed by another digit. */
+int mr_names_rank(const char *text, int r);
 
 #endif

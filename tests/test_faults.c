@@ -27,24 +27,6 @@
         return 1;                                                                                                  \
     } while (0)
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* True when text contains "rank <r>" not followed by another digit. */
-static int names_rank(const char *text, int r)
-{
-    char pat[32];
-    int n = snprintf(pat, sizeof(pat), "rank %d", r);
-    for (const char *p = strstr(text, pat); p; p = strstr(p + 1, pat))
-        if (p[n] < '0' || p[n] > '9')
-            return 1;
-    return 0;
-}
-
 /* Setup deadline well inside each test's Criterion timeout; each test sets the
  * collective deadline it needs. */
 static void set_deadlines(void)
@@ -153,7 +135,7 @@ static void kill_case(int socket_mode, int strict)
         cr_assert_fail("the ranks did not all start within 30 s (%d failed: %s)", failed, msg);
     }
     /* Let them get well into an allreduce of 64 MiB. */
-    sleep_ms(300);
+    mr_sleep_ms(300);
     shared->t_kill = mr_now();
     mr_procs_kill(p, KILL_VICTIM, SIGKILL);
     int failed = mr_procs_join(p, 30, msg, sizeof(msg));
@@ -183,10 +165,10 @@ static void kill_case(int socket_mode, int strict)
         if (!socket_mode || neighbour) {
             cr_expect_eq(rep->result, PLAIT_ERR_REMOTE, "rank %d returned %s, expected PLAIT_ERR_REMOTE: %s", r,
                          plait_get_error_string((plait_result_t)rep->result), rep->text);
-            cr_expect(names_rank(rep->text, KILL_VICTIM), "rank %d's error does not name rank %d: \"%s\"", r,
+            cr_expect(mr_names_rank(rep->text, KILL_VICTIM), "rank %d's error does not name rank %d: \"%s\"", r,
                       KILL_VICTIM, rep->text);
         }
-        if (strict && names_rank(rep->text, KILL_VICTIM)) {
+        if (strict && mr_names_rank(rep->text, KILL_VICTIM)) {
             char host[256] = "", seq[32];
             gethostname(host, sizeof(host) - 1);
             snprintf(seq, sizeof(seq), "#%d", rep->iterations + 1);
@@ -234,7 +216,7 @@ struct aborter {
 static void *abort_after_200ms(void *p)
 {
     struct aborter *a = p;
-    sleep_ms(200);
+    mr_sleep_ms(200);
     a->t_abort = mr_now();
     a->result = plait_comm_abort(a->comm);
     return NULL;
@@ -353,7 +335,7 @@ static int timeout_child(struct mr_child *c, void *arg)
     if (r)
         FAIL("init: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
     if (c->rank == 1) { /* never calls the collective */
-        sleep_ms(3000);
+        mr_sleep_ms(3000);
         plait_comm_destroy(comm);
         return 0;
     }
@@ -442,7 +424,7 @@ static void settings_case(int n, const struct nchannels_arg *a, int odd)
                      rep[r].t_return - rep[r].t_start);
         cr_expect(strstr(rep[r].text, "PLAIT_NCHANNELS") != NULL, "rank %d: the message does not name "
                   "PLAIT_NCHANNELS: \"%s\"", r, rep[r].text);
-        cr_expect(names_rank(rep[r].text, odd), "rank %d: the message does not name rank %d: \"%s\"", r, odd,
+        cr_expect(mr_names_rank(rep[r].text, odd), "rank %d: the message does not name rank %d: \"%s\"", r, odd,
                   rep[r].text);
         cr_expect_eq(rep[r].result, PLAIT_ERR_INVALID_USAGE,
                      "rank %d: init returned %s; plait.h documents PLAIT_ERR_INVALID_USAGE when settings differ", r,
@@ -486,7 +468,7 @@ static int counts_child(struct mr_child *c, void *arg)
     const struct report *other = (const struct report *)c->shared + (1 - c->rank);
     const double give_up = mr_now() + 10;
     while (!__atomic_load_n(&other->done, __ATOMIC_ACQUIRE) && mr_now() < give_up)
-        sleep_ms(5);
+        mr_sleep_ms(5);
     free(buf);
     plait_comm_destroy(comm);
     return 0;

@@ -27,24 +27,6 @@
 
 #define MAX_RANKS 4
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* True when text contains "rank <r>" not followed by another digit. */
-static int names_rank(const char *text, int r)
-{
-    char pat[32];
-    int n = snprintf(pat, sizeof(pat), "rank %d", r);
-    for (const char *p = strstr(text, pat); p; p = strstr(p + 1, pat))
-        if (p[n] < '0' || p[n] > '9')
-            return 1;
-    return 0;
-}
-
 static void set_deadlines(void)
 {
     setenv("PLAIT_TIMEOUT", "20", 1);
@@ -104,7 +86,7 @@ static int wait_flag(const int *flag, double seconds)
     while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
         if (mr_now() > give_up)
             return -1;
-        sleep_ms(2);
+        mr_sleep_ms(2);
     }
     return 0;
 }
@@ -134,7 +116,7 @@ static int between_child(struct mr_child *c, void *arg)
     __atomic_store_n(&b->first_done[c->rank], 1, __ATOMIC_RELEASE);
     if (c->rank == a->victim) {
         /* Killed (or stopped) by the parent here; never past this wait. */
-        sleep_ms(60000);
+        mr_sleep_ms(60000);
         return 0;
     }
     if (wait_flag(&b->go, 30))
@@ -182,10 +164,10 @@ static void run_between(int n, const struct between_arg *a, int sig, struct repo
             memset(&si, 0, sizeof(si));
             if (waitid(P_PID, mr_procs_pid(p, a->victim), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid)
                 break;
-            sleep_ms(2);
+            mr_sleep_ms(2);
         }
     } else {
-        sleep_ms(50);
+        mr_sleep_ms(50);
     }
     __atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
     for (int r = 0; r < n; r++)
@@ -243,7 +225,7 @@ static void dead_between(enum coll k, int n, int socket)
                      r, coll_name(k), plait_get_error_string((plait_result_t)rep[r].result), rep[r].text);
         cr_expect_lt(rep[r].took, 3.0, "rank %d's second %s returned after %.2f s (limit 3 s; the timeout is 10 s)", r,
                      coll_name(k), rep[r].took);
-        cr_expect(names_rank(rep[r].text, victim), "rank %d's error does not name the dead rank %d: \"%s\"", r, victim,
+        cr_expect(mr_names_rank(rep[r].text, victim), "rank %d's error does not name the dead rank %d: \"%s\"", r, victim,
                   rep[r].text);
         cr_expect(strstr(rep[r].text, coll_name(k)) != NULL, "rank %d's error does not name the %s: \"%s\"", r,
                   coll_name(k), rep[r].text);
@@ -354,7 +336,7 @@ Test(peer_failure, killed_mid_allreduce_socket_every_survivor_names_it, .timeout
         mr_procs_free(p);
         cr_assert_fail("the ranks did not all start within 30 s (%d failed: %s)", failed, msg);
     }
-    sleep_ms(300);
+    mr_sleep_ms(300);
     shared->t_kill = mr_now();
     mr_procs_kill(p, KILL_VICTIM, SIGKILL);
     int failed = mr_procs_join(p, 40, msg, sizeof(msg));
@@ -374,11 +356,11 @@ Test(peer_failure, killed_mid_allreduce_socket_every_survivor_names_it, .timeout
         cr_expect_eq(rep->result, PLAIT_ERR_REMOTE, "rank %d returned %s: %s", r,
                      plait_get_error_string((plait_result_t)rep->result), rep->text);
         cr_expect_lt(rep->took - b.t_kill, 10.0, "rank %d returned %.2f s after the kill", r, rep->took - b.t_kill);
-        cr_expect(names_rank(rep->text, KILL_VICTIM), "rank %d's error does not name the killed rank %d: \"%s\"", r,
+        cr_expect(mr_names_rank(rep->text, KILL_VICTIM), "rank %d's error does not name the killed rank %d: \"%s\"", r,
                   KILL_VICTIM, rep->text);
         for (int o = 0; o < KILL_NRANKS; o++)
             if (o != KILL_VICTIM && o != r)
-                cr_expect(!names_rank(rep->text, o) || strstr(rep->text, "found") != NULL,
+                cr_expect(!mr_names_rank(rep->text, o) || strstr(rep->text, "found") != NULL,
                           "rank %d's error blames the survivor rank %d: \"%s\"", r, o, rep->text);
     }
 }
@@ -407,7 +389,7 @@ static void stalled(int n, int victim, size_t count, const int *expect_named)
         cr_expect(strstr(rep[r].text, "PLAIT_COLL_TIMEOUT") != NULL, "rank %d: no PLAIT_COLL_TIMEOUT in \"%s\"", r,
                   rep[r].text);
         const int who = expect_named[r];
-        cr_expect(strstr(rep[r].text, "waiting for") != NULL && names_rank(rep[r].text, who),
+        cr_expect(strstr(rep[r].text, "waiting for") != NULL && mr_names_rank(rep[r].text, who),
                   "rank %d's timeout does not say it was waiting for rank %d: \"%s\"", r, who, rep[r].text);
     }
 }
