@@ -127,11 +127,11 @@ static long find(const struct plait_handle_table *t, uintptr_t key)
     return -1;
 }
 
-void plait_handle_remove(int kind, const void *h)
+bool plait_handle_remove(int kind, const void *h)
 {
     const uintptr_t key = (uintptr_t)h;
     if (kind < 0 || kind >= PLAIT_HANDLE_KINDS || key <= SLOT_TOMB)
-        return;
+        return false;
     pthread_mutex_lock(&lock);
     struct plait_handle_table *t = plait_handle_tables[kind];
     long i = t ? find(t, key) : -1;
@@ -140,6 +140,7 @@ void plait_handle_remove(int kind, const void *h)
         t->live--;
     }
     pthread_mutex_unlock(&lock);
+    return i >= 0;
 }
 
 bool plait_handle_live_probe(const struct plait_handle_table *t, uintptr_t key, size_t i)

@@ -33,8 +33,10 @@ enum plait_handle_kind {
  * (the caller then fails its creation). Thread-safe (a lock). */
 int plait_handle_add(int kind, const void *h);
 
-/* Removes `h` from `kind` (nothing when absent). Thread-safe (a lock). */
-void plait_handle_remove(int kind, const void *h);
+/* Removes `h` from `kind` (nothing when absent). Returns whether it was
+ * there: of threads removing one handle at once, exactly one is told true,
+ * and only it may free the object. Thread-safe (a lock). */
+bool plait_handle_remove(int kind, const void *h);
 
 /* One kind's table (handle.c says how it is kept). Exposed only for the
  * inline first probe below. */

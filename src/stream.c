@@ -290,13 +290,9 @@ int plait_stream_busy(plait_stream_t s)
     return busy;
 }
 
-plait_result_t plait_stream_synchronize(plait_stream_t s)
+/* plait_stream_synchronize of a stream already checked. */
+static plait_result_t stream_sync(plait_stream_t s)
 {
-    if (!s)
-        return PLAIT_SUCCESS; /* the NULL stream's host work is already complete */
-    plait_result_t status = plait_stream_check(s, "plait_stream_synchronize");
-    if (status)
-        return status;
     if (s->is_cuda) {
         /* Errors of the kernels themselves are the communicators' async
          * errors (plait_comm_get_async_error), as with NCCL. */
@@ -316,24 +312,47 @@ plait_result_t plait_stream_synchronize(plait_stream_t s)
     return PLAIT_SUCCESS;
 }
 
+plait_result_t plait_stream_synchronize(plait_stream_t s)
+{
+    if (!s)
+        return PLAIT_SUCCESS; /* the NULL stream's host work is already complete */
+    plait_result_t status = plait_stream_check(s, "plait_stream_synchronize");
+    if (status)
+        return status;
+    return stream_sync(s);
+}
+
+/* The error of a destroy that found its handle taken out of the registry by
+ * a destroy on another thread after its own check. */
+static plait_result_t destroyed_meanwhile(const char *fn, const char *what, const void *h)
+{
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s %p was destroyed by another thread meanwhile", fn, what,
+                       h);
+}
+
 plait_result_t plait_stream_destroy(plait_stream_t s)
 {
+    static const char fn[] = "plait_stream_destroy";
     if (!s)
         return PLAIT_SUCCESS;
     if (!plait_handle_live(PLAIT_HANDLE_STREAM, s) || s->owner_pid == plait_self_pid()) {
-        plait_result_t status = plait_stream_check(s, "plait_stream_destroy");
+        plait_result_t status = plait_stream_check(s, fn);
         if (status)
             return status;
     } else {
         /* A forked child's copy: no worker to stop, and its lock and queue
          * are as the parent's threads left them. The struct goes; what it
          * pointed at stays (the child's copy of the parent's memory). */
-        plait_handle_remove(PLAIT_HANDLE_STREAM, s);
+        if (!plait_handle_remove(PLAIT_HANDLE_STREAM, s))
+            return destroyed_meanwhile(fn, "stream", s);
         plait_handle_retire(PLAIT_HANDLE_STREAM, s);
         return PLAIT_SUCCESS;
     }
-    plait_result_t r = plait_stream_synchronize(s);
-    plait_handle_remove(PLAIT_HANDLE_STREAM, s);
+    /* Out of the registry first: of two destroys at once, only the one that
+     * took it out goes on (and calls on it from now on are refused). */
+    if (!plait_handle_remove(PLAIT_HANDLE_STREAM, s))
+        return destroyed_meanwhile(fn, "stream", s);
+    plait_result_t r = stream_sync(s);
     if (s->is_cuda) { /* the CUDA stream is the caller's: only the wrapper goes */
         plait_handle_retire(PLAIT_HANDLE_STREAM, s);
         return r;
@@ -432,11 +451,9 @@ plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
     return PLAIT_SUCCESS;
 }
 
-plait_result_t plait_event_synchronize(plait_event_t e)
+/* plait_event_synchronize of an event already checked. */
+static plait_result_t event_sync(plait_event_t e)
 {
-    plait_result_t status = event_check(e, "plait_event_synchronize");
-    if (status)
-        return status;
     pthread_mutex_lock(&e->lock);
     if (e->cu_last) {
         void *ev = e->cu_event;
@@ -449,6 +466,14 @@ plait_result_t plait_event_synchronize(plait_event_t e)
         pthread_cond_wait(&e->cond, &e->lock);
     pthread_mutex_unlock(&e->lock);
     return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_event_synchronize(plait_event_t e)
+{
+    plait_result_t status = event_check(e, "plait_event_synchronize");
+    if (status)
+        return status;
+    return event_sync(e);
 }
 
 struct host_wait {
@@ -528,22 +553,26 @@ plait_result_t plait_event_destroy(plait_event_t e)
 {
     if (!e)
         return PLAIT_SUCCESS;
+    static const char fn[] = "plait_event_destroy";
     if (plait_handle_live(PLAIT_HANDLE_EVENT, e) && e->owner_pid != plait_self_pid()) {
         /* A forked child's copy: the records it waits for are the parent's. */
-        plait_handle_remove(PLAIT_HANDLE_EVENT, e);
+        if (!plait_handle_remove(PLAIT_HANDLE_EVENT, e))
+            return destroyed_meanwhile(fn, "event", e);
         plait_handle_retire(PLAIT_HANDLE_EVENT, e);
         return PLAIT_SUCCESS;
     }
-    plait_result_t status = event_check(e, "plait_event_destroy");
+    plait_result_t status = event_check(e, fn);
     if (status)
         return status;
-    plait_event_synchronize(e);
+    /* Out of the registry first: of two destroys at once, only one goes on. */
+    if (!plait_handle_remove(PLAIT_HANDLE_EVENT, e))
+        return destroyed_meanwhile(fn, "event", e);
+    event_sync(e);
     /* host records reached, and no CUDA host function still holds the event */
     pthread_mutex_lock(&e->lock);
     while (e->completed < e->records || e->host_waiters > 0)
         pthread_cond_wait(&e->cond, &e->lock);
     pthread_mutex_unlock(&e->lock);
-    plait_handle_remove(PLAIT_HANDLE_EVENT, e);
     if (e->cu_event)
         plait_cu_get()->EventDestroy(e->cu_event);
     pthread_mutex_destroy(&e->lock);

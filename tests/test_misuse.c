@@ -555,3 +555,63 @@ Test(misuse, stale_comm_not_taken_after_event_churn, .timeout = 60)
     }
     cr_expect_eq(aliased, 0, "a destroyed communicator's address went to a new one in %d of 32 rounds", aliased);
 }
+
+/* Two threads destroying one handle at once: one destroys it, the other is
+ * told the handle is not live (before, both could pass the check, and the
+ * object was quarantined twice: a double free). */
+struct double_destroy {
+    plait_event_t e;
+    plait_stream_t s;
+    int go, ready;
+    plait_result_t ev_result, st_result;
+};
+
+static void *double_destroy_main(void *p)
+{
+    struct double_destroy *d = p;
+    __atomic_add_fetch(&d->ready, 1, __ATOMIC_ACQ_REL);
+    while (!__atomic_load_n(&d->go, __ATOMIC_ACQUIRE)) {
+    }
+    d->st_result = plait_stream_destroy(d->s);
+    d->ev_result = plait_event_destroy(d->e);
+    return NULL;
+}
+
+Test(misuse, handle_destroyed_by_two_threads_at_once, .timeout = 120)
+{
+    int both = 0, neither = 0;
+    enum { ROUNDS = 300 };
+    for (int round = 0; round < ROUNDS; round++) {
+        struct double_destroy d[2];
+        memset(d, 0, sizeof(d));
+        cr_assert_eq(plait_event_create(&d[0].e), PLAIT_SUCCESS);
+        cr_assert_eq(plait_stream_create(&d[0].s), PLAIT_SUCCESS);
+        /* A record keeps both busy for a moment inside their destroy. */
+        cr_assert_eq(plait_event_record(d[0].e, d[0].s), PLAIT_SUCCESS);
+        d[1].e = d[0].e;
+        d[1].s = d[0].s;
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(pthread_create(&th[i], NULL, double_destroy_main, &d[i]), 0);
+        while (__atomic_load_n(&d[0].ready, __ATOMIC_ACQUIRE) + __atomic_load_n(&d[1].ready, __ATOMIC_ACQUIRE) < 2) {
+        }
+        __atomic_store_n(&d[0].go, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&d[1].go, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        const int ev_ok = (d[0].ev_result == PLAIT_SUCCESS) + (d[1].ev_result == PLAIT_SUCCESS);
+        const int st_ok = (d[0].st_result == PLAIT_SUCCESS) + (d[1].st_result == PLAIT_SUCCESS);
+        both += (ev_ok == 2) + (st_ok == 2);
+        neither += (ev_ok == 0) + (st_ok == 0);
+        for (int i = 0; i < 2; i++) {
+            if (d[i].ev_result != PLAIT_SUCCESS)
+                cr_expect_eq(d[i].ev_result, PLAIT_ERR_INVALID_ARGUMENT, "round %d: the second event destroy: %d",
+                             round, (int)d[i].ev_result);
+            if (d[i].st_result != PLAIT_SUCCESS)
+                cr_expect_eq(d[i].st_result, PLAIT_ERR_INVALID_ARGUMENT, "round %d: the second stream destroy: %d",
+                             round, (int)d[i].st_result);
+        }
+    }
+    cr_expect_eq(both, 0, "%d of %d handles were destroyed twice (both destroys succeeded)", both, 2 * ROUNDS);
+    cr_expect_eq(neither, 0, "%d of %d handles were destroyed by neither thread", neither, 2 * ROUNDS);
+}
