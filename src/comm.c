@@ -1070,6 +1070,12 @@ plait_result_t plait_comm_destroy(plait_comm_t comm)
     plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_destroy");
     if (hs)
         return hs;
+    /* Out of the registry first: of two destroys at once, only the one that
+     * took it out goes on; calls on it from now on are refused. */
+    if (!plait_handle_remove(PLAIT_HANDLE_COMM, comm))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "plait_comm_destroy: comm %p was destroyed or aborted by another thread meanwhile",
+                           (void *)comm);
     if (comm->owner_pid == getpid()) {
         wait_init(comm);
         if (comm->internal_stream) {

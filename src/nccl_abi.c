@@ -1169,7 +1169,11 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm)
     ncclResult_t r = comm_check_end(comm, "ncclCommDestroy");
     if (r)
         return r;
-    plait_handle_remove(PLAIT_HANDLE_NCCL_COMM, comm);
+    /* Of two destroys at once, only the one that took it out goes on. */
+    if (!plait_handle_remove(PLAIT_HANDLE_NCCL_COMM, comm))
+        return shim_error(ncclInvalidArgument, "ncclCommDestroy: comm %p was destroyed or aborted by another thread "
+                                               "meanwhile",
+                          (void *)comm);
     plait_comm_t pc = __atomic_exchange_n(&comm->pc, NULL, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->magic, 0, __ATOMIC_RELEASE);
     r = pc ? from_plait(plait_comm_destroy(pc)) : ncclSuccess;

@@ -615,3 +615,49 @@ Test(misuse, handle_destroyed_by_two_threads_at_once, .timeout = 120)
     cr_expect_eq(both, 0, "%d of %d handles were destroyed twice (both destroys succeeded)", both, 2 * ROUNDS);
     cr_expect_eq(neither, 0, "%d of %d handles were destroyed by neither thread", neither, 2 * ROUNDS);
 }
+
+/* The same for a communicator. */
+struct double_comm_destroy {
+    plait_comm_t comm;
+    int *go, *ready;
+    plait_result_t result;
+};
+
+static void *double_comm_destroy_main(void *p)
+{
+    struct double_comm_destroy *d = p;
+    __atomic_add_fetch(d->ready, 1, __ATOMIC_ACQ_REL);
+    while (!__atomic_load_n(d->go, __ATOMIC_ACQUIRE)) {
+    }
+    d->result = plait_comm_destroy(d->comm);
+    return NULL;
+}
+
+Test(misuse, comm_destroyed_by_two_threads_at_once, .timeout = 120)
+{
+    int both = 0, neither = 0;
+    enum { ROUNDS = 100 };
+    for (int round = 0; round < ROUNDS; round++) {
+        plait_comm_t comm;
+        cr_assert_eq(plait_comm_init_all(&comm, 1, NULL), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+        int go = 0, ready = 0;
+        struct double_comm_destroy d[2] = {{comm, &go, &ready, PLAIT_SUCCESS}, {comm, &go, &ready, PLAIT_SUCCESS}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(pthread_create(&th[i], NULL, double_comm_destroy_main, &d[i]), 0);
+        while (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) < 2) {
+        }
+        __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        const int ok = (d[0].result == PLAIT_SUCCESS) + (d[1].result == PLAIT_SUCCESS);
+        both += ok == 2;
+        neither += ok == 0;
+        for (int i = 0; i < 2; i++)
+            if (d[i].result != PLAIT_SUCCESS)
+                cr_expect_eq(d[i].result, PLAIT_ERR_INVALID_ARGUMENT, "round %d: the second destroy: %d", round,
+                             (int)d[i].result);
+    }
+    cr_expect_eq(both, 0, "%d of %d communicators were destroyed twice (both destroys succeeded)", both, ROUNDS);
+    cr_expect_eq(neither, 0, "%d of %d communicators were destroyed by neither thread", neither, ROUNDS);
+}
