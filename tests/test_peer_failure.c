@@ -225,8 +225,8 @@ static void dead_between(enum coll k, int n, int socket)
                      r, coll_name(k), plait_get_error_string((plait_result_t)rep[r].result), rep[r].text);
         cr_expect_lt(rep[r].took, 3.0, "rank %d's second %s returned after %.2f s (limit 3 s; the timeout is 10 s)", r,
                      coll_name(k), rep[r].took);
-        cr_expect(mr_names_rank(rep[r].text, victim), "rank %d's error does not name the dead rank %d: \"%s\"", r, victim,
-                  rep[r].text);
+        cr_expect(mr_names_rank(rep[r].text, victim), "rank %d's error does not name the dead rank %d: \"%s\"", r,
+                  victim, rep[r].text);
         cr_expect(strstr(rep[r].text, coll_name(k)) != NULL, "rank %d's error does not name the %s: \"%s\"", r,
                   coll_name(k), rep[r].text);
     }
