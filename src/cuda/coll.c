@@ -90,6 +90,7 @@ struct plait_cuda_comm {
     int ce_env;               /* PLAIT_CE_COLL=1 */
     int ll_ok;                /* no rank has proxied connections: the kernel may run LL */
     int has_proxy;            /* this rank has proxied connections */
+    int watched;              /* the proxy thread runs: proxied connections, or peers in other processes */
     uint64_t sc_min_bytes;    /* PLAIT_CUDA_SC_MIN_BYTES (0: no single copy) */
     uint8_t *peer_load;       /* per peer: its kernels and ours load each other's device memory (PAIR_DEVICE) */
     int p2p_cap_logged;
@@ -526,9 +527,15 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
     if ((status = arena_alloc(cc, &cc->plan_arena, 256, &d, NULL)))
         goto out;
 
-    if (cc->has_proxy) {
-        plait_cuda_proxy_watch(comm, (const uint64_t *)(cc->ctl + CTL_STATUS_OFF), (uint32_t *)(cc->ctl + CTL_ABORT_OFF));
-        if ((status = plait_cuda_proxy_start(comm)))
+    /* The proxy moves proxied FIFOs; it also watches peers in other
+     * processes, whose death no kernel can see (proxy.c). */
+    cc->watched = cc->has_proxy;
+    for (int p = 0; p < n; p++)
+        cc->watched |= p != me && cards[p].token != cards[me].token;
+    if (cc->watched) {
+        if ((status = plait_cuda_proxy_watch(comm, (const uint64_t *)(cc->ctl + CTL_STATUS_OFF),
+                                             (uint32_t *)(cc->ctl + CTL_ABORT_OFF), cc->watched)) ||
+            (status = plait_cuda_proxy_start(comm)))
             goto out;
     }
     /* LL needs no proxied connection anywhere: every rank must choose alike. */
@@ -847,7 +854,7 @@ static const char *kerr_text(uint64_t k)
 {
     switch (k) {
     case PLAIT_KERR_ABORT:
-        return "aborted (plait_comm_abort, or a proxied peer failed)";
+        return "aborted (plait_comm_abort, or a peer failed)";
     case PLAIT_KERR_TIMEOUT:
         return "a wait passed PLAIT_COLL_TIMEOUT";
     case PLAIT_KERR_SIZE:
@@ -1256,8 +1263,8 @@ static plait_result_t launch_one(struct plait_comm *comm, struct plait_cuda_comm
     plait_result_t s = plan_get(comm, cc, ops, nops, &pl);
     if (s)
         return s;
-    /* Any op may reach a proxied peer: the proxy watches every launch. */
-    const int proxied = cc->has_proxy;
+    /* Any op may reach a proxied or mortal peer: the proxy watches every launch. */
+    const int proxied = cc->watched;
     if ((s = order_after_last(cc, stream, capturing, fn)))
         return s;
     const struct plait_cu *cu = cc->cu;

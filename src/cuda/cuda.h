@@ -88,7 +88,8 @@ plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out,
  * the pair to the communicator's proxy. */
 plait_result_t plait_cuda_proxy_conn(struct plait_comm *comm, struct plait_conn *hc, struct plait_dev_conn *dc);
 
-/* Starts the communicator's proxy thread (when it has proxied connections). */
+/* Starts the communicator's proxy thread (when it has proxied connections,
+ * or peers to watch: plait_cuda_proxy_watch). */
 plait_result_t plait_cuda_proxy_start(struct plait_comm *comm);
 
 /* Stops and joins the proxy thread, frees its FIFOs. */
@@ -107,8 +108,11 @@ void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq);
  * (kargs.status: [0] = completed launches) and the abort word
  * (kargs.abort_flag), which the proxy raises when a proxied peer fails so that
  * every kernel wait ends. coll.c calls it before plait_cuda_proxy_start
- * (start fails without it when there are proxied connections). */
-void plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word);
+ * (start fails without it when there are proxied connections). watch_peers:
+ * some peer is in another process; the thread then runs (even with no
+ * proxied connection) and fails a launch whose peer is gone, naming it. */
+plait_result_t plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word,
+                                      int watch_peers);
 
 /* 1 while the proxy may be using the communicator's socket connections (a
  * kicked launch not yet complete, or its sends not yet on the wire), else 0
