@@ -40,7 +40,8 @@
  * PLAIT_COLL_TIMEOUT. While a launch is in flight it checks the peers every
  * PROXY_PEER_CHECK_NS (plait_comm_check_peers, as a CPU wait does): a death
  * published by another rank, or a peer process gone (its pidfd) while no
- * launch completes for PROXY_EXITED_GRACE_S, fails the launch.
+ * launch completes for PROXY_EXITED_GRACE_S (not for captured graphs: no
+ * launch is known to be in flight), fails the launch.
  *
  * Failures: a transport error (the peer reset or sent garbage) or a peer gone
  * while a launch waits and nothing moves for PROXY_GONE_GRACE_S, a peer found
@@ -69,7 +70,7 @@
 #define PROXY_YIELD_NS 1000000      /* yield (rather than sleep) for this long after the spin */
 #define PROXY_IDLE_WAIT_NS 100000000 /* an idle proxy re-checks stop/abort this often */
 #define PROXY_GONE_GRACE_S 0.5      /* a gone peer and nothing moving for this long: the launch is stuck */
-#define PROXY_EXITED_GRACE_S 0.25   /* a peer process gone and no launch completing for this long: stuck */
+#define PROXY_EXITED_GRACE_S 0.5    /* a peer process gone and no launch completing for this long: stuck */
 #define PROXY_PEER_CHECK_NS 1000000 /* peers are checked this often while a launch is in flight */
 #define PROXY_WATCH_NAP_NS 1000000  /* a proxy with no connection to move polls this often */
 
@@ -373,8 +374,8 @@ static void proxy_fail_gone(struct plait_cuda_proxy *px, int peer, const char *w
  * it once no launch has completed for PROXY_EXITED_GRACE_S since it was seen
  * gone (what it left in our FIFOs may still let the launch finish). Returns
  * 1 when the launch was failed. */
-static int watch_peers(struct plait_cuda_proxy *px, uint64_t done, double *exited_since, uint64_t *exited_done,
-                       uint64_t *checked_ns)
+static int watch_peers(struct plait_cuda_proxy *px, uint64_t target, uint64_t done, double *exited_since,
+                       uint64_t *exited_done, uint64_t *checked_ns)
 {
     struct plait_comm *comm = px->comm;
     const uint64_t now = plait_now_ns();
@@ -387,6 +388,10 @@ static int watch_peers(struct plait_cuda_proxy *px, uint64_t done, double *exite
         proxy_fail(px, PLAIT_ERR_REMOTE, msg);
         return 1;
     }
+    /* A captured graph keeps the target at PLAIT_PROXY_FOREVER whether or not
+     * a replay runs: a peer that has exited may just be done with the job. */
+    if (target == PLAIT_PROXY_FOREVER)
+        return 0;
     int exited = -1;
     for (int p = 0; p < comm->nranks && exited < 0 && comm->peer_exited; p++)
         if (p != comm->rank && __atomic_load_n(&comm->peer_exited[p], __ATOMIC_ACQUIRE))
@@ -482,7 +487,7 @@ static void *proxy_main(void *arg)
                 continue;
             }
         }
-        if (px->watch_peers && watch_peers(px, done, &exited_since, &exited_done, &checked_ns))
+        if (px->watch_peers && watch_peers(px, target, done, &exited_since, &exited_done, &checked_ns))
             continue;
         if (px->npairs == 0) {
             /* Nothing to move: no spinning for a watcher. */
