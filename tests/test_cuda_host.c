@@ -813,7 +813,18 @@ struct dead_board {
 struct dead_arg {
     int socket;
     int mid; /* kill the victim while the survivor's kernel waits, not before the call */
+    int ce;  /* PLAIT_CE_COLL=1 and an allgather into a memory window: copy engines, no kernel */
 };
+
+/* The call under test: an allreduce, or with a->ce an allgather into the
+ * window `win` (copy engines: stream waits on flags the peer sets). */
+static plait_result_t dead_call(const struct dead_arg *a, float *buf, float *win, plait_comm_t comm,
+                                plait_stream_t ps)
+{
+    if (a->ce)
+        return plait_allgather(buf, win, 256, PLAIT_FLOAT32, comm, ps);
+    return plait_allreduce(buf, buf, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, ps);
+}
 
 #define DEAD_FAIL(...)                                                                                             \
     do {                                                                                                           \
@@ -838,6 +849,8 @@ static int dead_child(struct mr_child *c, void *arg)
     struct dead_board *b = c->shared;
     if (a->socket)
         setenv("PLAIT_TRANSPORT", "socket", 1);
+    if (a->ce)
+        setenv("PLAIT_CE_COLL", "1", 1);
     setenv("PLAIT_COLL_TIMEOUT", "15", 1);
     const struct plait_cu *cu = plait_cu_get();
     if (!cu || !cu->is_double)
@@ -849,22 +862,26 @@ static int dead_child(struct mr_child *c, void *arg)
     plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
     if (r)
         DEAD_FAIL("rank %d: init: %s", c->rank, plait_get_last_error(NULL));
-    plait_cudevptr d = 0;
-    if (cu->MemAlloc(&d, 4096))
+    plait_cudevptr d = 0, dw = 0;
+    if (cu->MemAlloc(&d, 4096) || cu->MemAlloc(&dw, 4096))
         DEAD_FAIL("rank %d: cuMemAlloc", c->rank);
-    float *buf = (float *)(uintptr_t)d;
+    float *buf = (float *)(uintptr_t)d, *win = (float *)(uintptr_t)dw;
+    plait_window_t w = NULL;
+    if (a->ce && plait_comm_window_register(comm, win, 4096, PLAIT_WIN_COLL_SYMMETRIC, &w))
+        DEAD_FAIL("rank %d: plait_comm_window_register: %s", c->rank, plait_get_last_error(comm));
     void *s = NULL;
     plait_stream_t ps;
     if (cuda_stream_open(cu, &s, &ps))
         DEAD_FAIL("rank %d: stream: %s", c->rank, plait_get_last_error(NULL));
     for (int i = 0; i < 256; i++)
         buf[i] = 1.0f;
-    if ((r = plait_allreduce(buf, buf, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, ps)) || cu->StreamSynchronize(s))
-        DEAD_FAIL("rank %d: the first allreduce: %s", c->rank, plait_get_last_error(comm));
+    if ((r = dead_call(a, buf, win, comm, ps)) || cu->StreamSynchronize(s))
+        DEAD_FAIL("rank %d: the first call: %s", c->rank, plait_get_last_error(comm));
     plait_result_t ae = PLAIT_SUCCESS;
     plait_comm_get_async_error(comm, &ae);
-    if (ae != PLAIT_SUCCESS || buf[0] != 2.0f)
-        DEAD_FAIL("rank %d: the first allreduce: async %d, element 0 is %g", c->rank, (int)ae, (double)buf[0]);
+    if (ae != PLAIT_SUCCESS || (a->ce ? win[256] != 1.0f : buf[0] != 2.0f))
+        DEAD_FAIL("rank %d: the first call: async %d, element 0 is %g, window element 256 is %g", c->rank, (int)ae,
+                  (double)buf[0], (double)win[256]);
     __atomic_store_n(&b->first_done[c->rank], 1, __ATOMIC_RELEASE);
     if (c->rank == 1) {
         usleep(60 * 1000 * 1000); /* killed by the parent here */
@@ -873,7 +890,7 @@ static int dead_child(struct mr_child *c, void *arg)
     if (!a->mid && wait_board(&b->go, 30))
         DEAD_FAIL("no go from the parent within 30 s");
     const double t0 = mr_now();
-    r = plait_allreduce(buf, buf, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, ps);
+    r = dead_call(a, buf, win, comm, ps);
     __atomic_store_n(&b->launched, 1, __ATOMIC_RELEASE);
     b->result = (int)r;
     if (r == PLAIT_SUCCESS) {
@@ -894,16 +911,17 @@ static int dead_child(struct mr_child *c, void *arg)
     b->async = (int)ae;
     snprintf(b->text, sizeof(b->text), "%s", plait_get_last_error(comm));
     __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
-    plait_comm_destroy(comm);
+    plait_comm_destroy(comm); /* frees the window too */
     cuda_stream_close(cu, s, ps);
     cu->MemFree(d);
+    cu->MemFree(dw);
     return 0;
 }
 
-static void dead_peer(int socket, int mid)
+static void dead_peer(int socket, int mid, int ce)
 {
-    struct dead_arg a = {.socket = socket, .mid = mid};
-    const char *how = socket ? "sockets (the proxy)" : "shm and CUDA IPC";
+    struct dead_arg a = {.socket = socket, .mid = mid, .ce = ce};
+    const char *how = ce ? "copy engines" : socket ? "sockets (the proxy)" : "shm and CUDA IPC";
     char msg[1024];
     struct mr_procs *p = mr_procs_start(2, dead_child, &a, sizeof(struct dead_board), 0, msg, sizeof(msg));
     cr_assert_not_null(p, "%s", msg);
@@ -934,9 +952,9 @@ static void dead_peer(int socket, int mid)
     struct dead_board rep = *b;
     mr_procs_free(p);
     cr_expect_eq(failed, 0, "%d rank(s) failed: %s", failed, msg);
-    cr_assert(rep.done, "rank 0 never got an error from its device allreduce (%s, victim dead %s)", how,
+    cr_assert(rep.done, "rank 0 never got an error from its device call (%s, victim dead %s)", how,
               mid ? "mid-collective" : "between collectives");
-    printf("dead peer %s (%s): rank 0's device allreduce returned %d, sync %d, async error %s after %.3f s: %s %s\n",
+    printf("dead peer %s (%s): rank 0's device call returned %d, sync %d, async error %s after %.3f s: %s %s\n",
            mid ? "mid-collective" : "between collectives", how, rep.result, rep.sync,
            plait_get_error_string((plait_result_t)rep.async), rep.took, rep.text, DOUBLE_NOTE);
     cr_expect_eq(rep.async, PLAIT_ERR_REMOTE, "rank 0's error is %s, not PLAIT_ERR_REMOTE: %s",
@@ -949,20 +967,30 @@ static void dead_peer(int socket, int mid)
 
 Test(cuda_host, dead_peer_between_shm_double, .timeout = 120)
 {
-    dead_peer(0, 0);
+    dead_peer(0, 0, 0);
 }
 
 Test(cuda_host, dead_peer_mid_shm_double, .timeout = 120)
 {
-    dead_peer(0, 1);
+    dead_peer(0, 1, 0);
 }
 
 Test(cuda_host, dead_peer_between_socket_double, .timeout = 120)
 {
-    dead_peer(1, 0);
+    dead_peer(1, 0, 0);
 }
 
 Test(cuda_host, dead_peer_mid_socket_double, .timeout = 120)
 {
-    dead_peer(1, 1);
+    dead_peer(1, 1, 0);
+}
+
+Test(cuda_host, dead_peer_between_ce_double, .timeout = 120)
+{
+    dead_peer(0, 0, 1);
+}
+
+Test(cuda_host, dead_peer_mid_ce_double, .timeout = 120)
+{
+    dead_peer(0, 1, 1);
 }

@@ -38,6 +38,7 @@ _Static_assert(PLAIT_DEV_SLOT_DESC == PLAIT_SLOT_DESC, "the kernel's descriptor 
 #define PLAN_BUCKETS 256
 #define CTL_STATUS_OFF 0   /* uint64_t status[4] */
 #define CTL_ABORT_OFF 64   /* uint32_t abort word, on its own line */
+#define CTL_CE_DONE_OFF 96 /* uint64_t: the last copy-engine collective done (ce.c writes it on the stream) */
 #define CTL_BYTES 128
 
 /* Bump allocator over chunks of device memory, each with a pinned host
@@ -906,6 +907,22 @@ plait_result_t plait_cuda_poll_error(struct plait_comm *comm)
 int plait_cuda_cta_cap(const struct plait_comm *comm)
 {
     return comm->cuda ? comm->cuda->cta_cap : -1;
+}
+
+void *plait_cuda_ctx(const struct plait_comm *comm)
+{
+    return comm->cuda ? comm->cuda->ctx : NULL;
+}
+
+uint64_t plait_cuda_ce_done_word(const struct plait_comm *comm, const uint64_t **host_out)
+{
+    struct plait_cuda_comm *cc = comm->cuda;
+    if (!cc || !cc->ctl) {
+        *host_out = NULL;
+        return 0;
+    }
+    *host_out = (const uint64_t *)(cc->ctl + CTL_CE_DONE_OFF);
+    return cc->ctl_dev + CTL_CE_DONE_OFF;
 }
 
 int plait_cuda_ll_ok(const struct plait_comm *comm)

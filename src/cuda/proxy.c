@@ -110,6 +110,9 @@ struct plait_cuda_proxy {
     int stop;
     int failed;                /* an error was recorded: nothing moves any more */
     int watch_peers;           /* some peer is in another process: watch for its death */
+    const uint64_t *ce_word;   /* the copy-engine collectives' done word (plait_cuda_ce_done_word) */
+    uint64_t ce_target;        /* the last copy-engine collective issued (plait_cuda_proxy_kick_ce) */
+    void *rel_stream;          /* the thread's stream for plait_cuda_ce_release_waits, made when needed */
     uint64_t target;           /* status[0] value the kicked launches reach */
     uint64_t finished;         /* the target the thread last saw reached and flushed */
 };
@@ -229,7 +232,30 @@ plait_result_t plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *s
     px->status = status;
     px->abort_word = abort_word;
     px->watch_peers = watch_peers;
+    plait_cuda_ce_done_word(comm, &px->ce_word);
     return PLAIT_SUCCESS;
+}
+
+/* Copy-engine collectives issued and not yet done on their streams. */
+static int ce_busy(const struct plait_cuda_proxy *px)
+{
+    return px->ce_word && __atomic_load_n(&px->ce_target, __ATOMIC_SEQ_CST) > __atomic_load_n(px->ce_word, __ATOMIC_ACQUIRE);
+}
+
+/* After a failure: the copy-engine collectives' stream waits have no
+ * deadline, so the flags they wait for are set from here (their data is
+ * garbage; the communicator is in error). */
+static void release_ce(struct plait_cuda_proxy *px)
+{
+    if (!px->rel_stream) {
+        void *ctx = plait_cuda_ctx(px->comm);
+        if (!ctx || px->cu->CtxSetCurrent(ctx) ||
+            px->cu->StreamCreateWithPriority(&px->rel_stream, PLAIT_CU_STREAM_NON_BLOCKING, 0)) {
+            px->rel_stream = NULL;
+            return;
+        }
+    }
+    plait_cuda_ce_release_waits(px->comm, px->rel_stream);
 }
 
 /* Raises the kernel's abort word and records `msg` as the communicator's
@@ -342,7 +368,8 @@ static void proxy_idle(struct plait_cuda_proxy *px)
     pthread_mutex_lock(&px->lock);
     __atomic_store_n(&px->sleeping, 1, __ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&px->stop, __ATOMIC_SEQ_CST) &&
-        __atomic_load_n(&px->target, __ATOMIC_SEQ_CST) <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED)) {
+        __atomic_load_n(&px->target, __ATOMIC_SEQ_CST) <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED) &&
+        !ce_busy(px)) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += PROXY_IDLE_WAIT_NS;
@@ -390,7 +417,7 @@ static int watch_peers(struct plait_cuda_proxy *px, uint64_t target, uint64_t do
     }
     /* A captured graph keeps the target at PLAIT_PROXY_FOREVER whether or not
      * a replay runs: a peer that has exited may just be done with the job. */
-    if (target == PLAIT_PROXY_FOREVER)
+    if (target == PLAIT_PROXY_FOREVER && !ce_busy(px))
         return 0;
     int exited = -1;
     for (int p = 0; p < comm->nranks && exited < 0 && comm->peer_exited; p++)
@@ -418,7 +445,9 @@ static void *proxy_main(void *arg)
     double gone_quiet_since = 0, exited_since = 0;
     while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
         const uint64_t target = __atomic_load_n(&px->target, __ATOMIC_SEQ_CST);
-        if (target <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED)) {
+        const uint64_t finished = __atomic_load_n(&px->finished, __ATOMIC_RELAXED);
+        const int ce = ce_busy(px);
+        if (target <= finished && !ce) {
             proxy_idle(px);
             continue;
         }
@@ -429,13 +458,20 @@ static void *proxy_main(void *arg)
             proxy_fail(px, PLAIT_ERR_REMOTE, msg);
         }
         if (px->failed) {
-            /* Nothing moves any more: the launches end through the abort word. */
+            /* Nothing moves any more: the launches end through the abort word,
+             * the copy-engine collectives through their flags. */
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
+            if (ce) {
+                release_ce(px);
+                nap(10 * PROXY_WATCH_NAP_NS);
+            }
             continue;
         }
         /* Acquire the completion count first: the kernel's FIFO stores of a
-         * completed launch are then visible to pair_drained. */
+         * completed launch are then visible to pair_drained. Progress of the
+         * copy-engine collectives counts too. */
         const uint64_t done = __atomic_load_n(px->status, __ATOMIC_ACQUIRE);
+        const uint64_t progress = done + (px->ce_word ? __atomic_load_n(px->ce_word, __ATOMIC_ACQUIRE) : 0);
         int moved = 0, drained = 1;
         const struct proxy_pair *gone = NULL;
         for (int i = 0; i < px->npairs && !px->failed; i++) {
@@ -462,7 +498,7 @@ static void *proxy_main(void *arg)
         }
         if (px->failed)
             continue;
-        if (done >= target && drained) {
+        if (done >= target && drained && target > finished) {
             /* Release: our last uses of the host connections come before a
              * CPU executor's acquire in plait_cuda_proxy_busy. */
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
@@ -487,7 +523,7 @@ static void *proxy_main(void *arg)
                 continue;
             }
         }
-        if (px->watch_peers && watch_peers(px, target, done, &exited_since, &exited_done, &checked_ns))
+        if (px->watch_peers && watch_peers(px, target, progress, &exited_since, &exited_done, &checked_ns))
             continue;
         if (px->npairs == 0) {
             /* Nothing to move: no spinning for a watcher. */
@@ -528,20 +564,30 @@ plait_result_t plait_cuda_proxy_start(struct plait_comm *comm)
     return PLAIT_SUCCESS;
 }
 
-void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq)
+static void kick(struct plait_cuda_proxy *px, uint64_t *target, uint64_t seq)
 {
-    struct plait_cuda_proxy *px = comm->cuda_proxy;
-    if (!px || !px->has_thread)
-        return;
-    uint64_t cur = __atomic_load_n(&px->target, __ATOMIC_RELAXED);
-    while (cur < launch_seq &&
-           !__atomic_compare_exchange_n(&px->target, &cur, launch_seq, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    uint64_t cur = __atomic_load_n(target, __ATOMIC_RELAXED);
+    while (cur < seq && !__atomic_compare_exchange_n(target, &cur, seq, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     }
     if (__atomic_load_n(&px->sleeping, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&px->lock);
         pthread_cond_signal(&px->cond);
         pthread_mutex_unlock(&px->lock);
     }
+}
+
+void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq)
+{
+    struct plait_cuda_proxy *px = comm->cuda_proxy;
+    if (px && px->has_thread)
+        kick(px, &px->target, launch_seq);
+}
+
+void plait_cuda_proxy_kick_ce(struct plait_comm *comm, uint64_t ce_seq)
+{
+    struct plait_cuda_proxy *px = comm->cuda_proxy;
+    if (px && px->has_thread && px->watch_peers && px->ce_word)
+        kick(px, &px->ce_target, ce_seq);
 }
 
 int plait_cuda_proxy_busy(struct plait_comm *comm)
@@ -577,6 +623,8 @@ void plait_cuda_proxy_stop(struct plait_comm *comm)
         pthread_mutex_unlock(&px->lock);
         pthread_join(px->thread, NULL);
     }
+    if (px->rel_stream)
+        px->cu->StreamDestroy(px->rel_stream);
     for (int i = 0; i < px->npairs; i++)
         if (px->pairs[i].host)
             px->cu->MemFreeHost(px->pairs[i].host);
