@@ -807,6 +807,7 @@ struct dead_board {
     int async;       /* the asynchronous error after the stream ended */
     int sync;        /* cuStreamSynchronize's result */
     double took;     /* from the second call to the asynchronous error */
+    double destroy_took; /* plait_comm_destroy after it (teardown waits for no dead peer) */
     char text[800];
 };
 
@@ -911,7 +912,9 @@ static int dead_child(struct mr_child *c, void *arg)
     b->async = (int)ae;
     snprintf(b->text, sizeof(b->text), "%s", plait_get_last_error(comm));
     __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    const double d0 = mr_now();
     plait_comm_destroy(comm); /* frees the window too */
+    b->destroy_took = mr_now() - d0;
     cuda_stream_close(cu, s, ps);
     cu->MemFree(d);
     cu->MemFree(dw);
@@ -963,6 +966,9 @@ static void dead_peer(int socket, int mid, int ce)
                  rep.took);
     cr_expect(strstr(rep.text, "rank 1") && strstr(rep.text, "is gone"),
               "rank 0's error does not say that rank 1 is gone: \"%s\"", rep.text);
+    printf("rank 0's plait_comm_destroy then took %.3f s\n", rep.destroy_took);
+    cr_expect_lt(rep.destroy_took, 5.0, "rank 0's plait_comm_destroy took %.2f s (limit 5 s): it waited for the dead rank",
+                 rep.destroy_took);
 }
 
 Test(cuda_host, dead_peer_between_shm_double, .timeout = 120)

@@ -725,9 +725,10 @@ static int wait_idle(struct plait_comm *comm, struct plait_cuda_comm *cc)
 /* Waits until every receiver has returned the credit of every slot this
  * rank sent it: a receiver writes that last credit (our tx head, in our
  * segment) after our own kernel may have ended, so our FIFO memory must
- * outlive it. Bounded (a peer that never drains, e.g. one that died or
- * skipped the call, costs at most the deadline) and ends at once after an
- * abort. Teardown only: synchronous copies are fine here. */
+ * outlive it. Bounded (a peer that never drains, e.g. one that skipped the
+ * call, costs at most the deadline), ends at once after an abort, and does
+ * not wait for a peer whose process is gone (it writes nothing more).
+ * Teardown only: synchronous copies are fine here. */
 static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
 {
     if (!cc->has_last || !cc->nconn || !cc->dconns)
@@ -740,8 +741,11 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
         if (plait_cu_sync_copy(cc->cu, dc, (const void *)(uintptr_t)cc->dconns, sizeof(*dc) * (size_t)cc->nconn))
             break;
         int pending = 0;
+        plait_comm_check_peers(comm);
         for (int i = 0; i < cc->nconn && !pending; i++) {
             if (cc->conn_proxied[(size_t)dc[i].peer * comm->ncls + comm->ncls - 1] || !dc[i].tx.head)
+                continue;
+            if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[dc[i].peer], __ATOMIC_ACQUIRE))
                 continue;
             uint64_t head = 0;
             if (plait_cu_sync_copy(cc->cu, &head, dc[i].tx.head, sizeof(head)))
