@@ -809,6 +809,8 @@ struct dead_board {
     double took;     /* from the second call to the asynchronous error */
     double destroy_took; /* plait_comm_destroy after it (teardown waits for no dead peer) */
     char text[800];
+    int next_result;     /* a third call after the error: refused, naming it */
+    char next_text[800];
 };
 
 struct dead_arg {
@@ -911,6 +913,8 @@ static int dead_child(struct mr_child *c, void *arg)
     b->took = mr_now() - t0;
     b->async = (int)ae;
     snprintf(b->text, sizeof(b->text), "%s", plait_get_last_error(comm));
+    b->next_result = (int)dead_call(a, buf, win, comm, ps);
+    snprintf(b->next_text, sizeof(b->next_text), "%s", plait_get_last_error(comm));
     __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
     const double d0 = mr_now();
     plait_comm_destroy(comm); /* frees the window too */
@@ -966,7 +970,10 @@ static void dead_peer(int socket, int mid, int ce)
                  rep.took);
     cr_expect(strstr(rep.text, "rank 1") && strstr(rep.text, "is gone"),
               "rank 0's error does not say that rank 1 is gone: \"%s\"", rep.text);
-    printf("rank 0's plait_comm_destroy then took %.3f s\n", rep.destroy_took);
+    cr_expect(rep.next_result != PLAIT_SUCCESS && strstr(rep.next_text, "rank 1"),
+              "rank 0's next call after the error returned %s: \"%s\"",
+              plait_get_error_string((plait_result_t)rep.next_result), rep.next_text);
+    printf("rank 0's next call: %s; its plait_comm_destroy then took %.3f s\n", rep.next_text, rep.destroy_took);
     cr_expect_lt(rep.destroy_took, 5.0, "rank 0's plait_comm_destroy took %.2f s (limit 5 s): it waited for the dead rank",
                  rep.destroy_took);
 }

@@ -258,8 +258,9 @@ static void release_ce(struct plait_cuda_proxy *px)
     plait_cuda_ce_release_waits(px->comm, px->rel_stream);
 }
 
-/* Raises the kernel's abort word and records `msg` as the communicator's
- * asynchronous error (the first error wins there). */
+/* Raises the kernel's abort word, records `msg` as the communicator's
+ * asynchronous error (the first error wins there) and puts the communicator
+ * in error. */
 static void proxy_fail(struct plait_cuda_proxy *px, plait_result_t res, const char *msg)
 {
     if (px->abort_word)
@@ -267,6 +268,9 @@ static void proxy_fail(struct plait_cuda_proxy *px, plait_result_t res, const ch
     if (!px->failed) {
         PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "%s", msg);
         plait_comm_set_async_error(px->comm, res, msg);
+        /* Later calls fail naming it (copy-engine collectives have no kernel
+         * status word for plait_cuda_poll_error to find). */
+        __atomic_store_n(&px->comm->in_error, 1, __ATOMIC_RELEASE);
     }
     px->failed = 1;
 }
