@@ -62,9 +62,11 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
 #define BS_MAX_RANKS (1 << 20)
 /* A connection to the root or to our own ring listener must finish the
  * handshake and its hello within this time after we accept it. A legitimate
- * peer is waiting for our challenge and needs a few round trips; a silent one
- * must not keep a descriptor for long. */
-#define BS_PENDING_S 2.0
+ * peer is waiting for our challenge and needs a few round trips, but may be
+ * descheduled for a while on a loaded machine; silent connections are not what
+ * this deadline defends against (eviction, below, makes room for new arrivals),
+ * so it is generous. */
+#define BS_PENDING_S 10.0
 /* Our own waits on a peer that does not answer: connecting to the successor,
  * and the root sending its final replies. */
 #define BS_HANDSHAKE_S 10.0

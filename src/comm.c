@@ -18,6 +18,7 @@
 #include "bootstrap.h"
 #include "cuda/cu.h"
 #include "cuda/cuda.h"
+#include "handle.h"
 #include "log.h"
 #include "socket.h"
 #include "tuner.h"
@@ -62,7 +63,8 @@ plait_result_t plait_get_version(int *version)
 
 const char *plait_get_last_error(plait_comm_t comm)
 {
-    if (comm && plait_comm_is_live(comm)) {
+    /* Any pointer may be passed (the unwritten handle of a failed init). */
+    if (plait_handle_live(PLAIT_HANDLE_COMM, comm) && plait_comm_is_live(comm)) {
         pthread_mutex_lock(&comm->async_lock);
         int has = comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS;
         pthread_mutex_unlock(&comm->async_lock);
@@ -115,6 +117,13 @@ static void locks_postfork_child(void)
 static void register_atfork(void)
 {
     pthread_atfork(locks_prefork, locks_postfork, locks_postfork_child);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+void plait_fork_hooks(void)
+{
+    pthread_once(&atfork_once, register_atfork);
 }
 
 pid_t plait_self_pid(void)
@@ -194,12 +203,29 @@ void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->async_lock);
 }
 
-plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
+plait_result_t plait_comm_handle_error(struct plait_comm *comm, const char *fn)
 {
     if (!comm)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is not a live communicator (destroyed?)", fn);
+    /* The registry first: nothing is read through a handle it does not hold. */
+    if (!plait_handle_live(PLAIT_HANDLE_COMM, comm)) {
+        if (plait_handle_live(PLAIT_HANDLE_COMM_ABORTED, comm))
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                               "%s: comm %p was aborted (plait_comm_abort frees the communicator)", fn, (void *)comm);
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: comm %p is not a live communicator (destroyed, or never made by plait_comm_init_*)",
+                           fn, (void *)comm);
+    }
+    /* An abort on another thread flips the magic before it leaves the registry. */
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm %p is being aborted (plait_comm_abort)", fn,
+                       (void *)comm);
+}
+
+plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
+{
+    plait_result_t status = plait_comm_check_handle(comm, fn);
+    if (status)
+        return status;
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE))
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "%s: the communicator is still initializing (poll plait_comm_get_async_error)", fn);
@@ -419,12 +445,13 @@ static void comm_free(struct plait_comm *comm)
     if (comm->internal_stream && comm->owner_pid == getpid())
         plait_stream_destroy(comm->internal_stream);
     comm->internal_stream = NULL;
+    plait_handle_remove(PLAIT_HANDLE_COMM, comm);
     comm_release(comm);
     plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
     pthread_mutex_destroy(&comm->peers_lock);
     comm->magic = 0;
-    free(comm);
+    plait_handle_retire(comm); /* its address is not given to the next communicator at once */
 }
 
 #define PLAIT_COMM_DEAD 0x646561642d636f6dull
@@ -440,16 +467,21 @@ static void graveyard_push(struct plait_comm *comm)
     double now = plait_now();
     __atomic_store_n(&comm->magic, PLAIT_COMM_DEAD, __ATOMIC_RELEASE);
     comm->dead_since = now;
+    /* Calls on it now say "aborted" (if the registry has no room for that,
+     * "not a live communicator"). */
+    plait_handle_add(PLAIT_HANDLE_COMM_ABORTED, comm);
+    plait_handle_remove(PLAIT_HANDLE_COMM, comm);
     pthread_mutex_lock(&grave_lock);
     struct plait_comm **pp = &graveyard;
     while (*pp) {
         struct plait_comm *g = *pp;
         if (now - g->dead_since > GRAVE_SECONDS) {
             *pp = g->grave_next;
+            plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
             plait_tuner_free(g);
             pthread_mutex_destroy(&g->async_lock);
             pthread_mutex_destroy(&g->peers_lock);
-            free(g);
+            plait_handle_retire(g);
         } else {
             pp = &g->grave_next;
         }
@@ -461,8 +493,7 @@ static void graveyard_push(struct plait_comm *comm)
 
 static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_atfork);
+    pthread_once(&atfork_once, register_atfork);
     struct plait_comm *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return NULL;
@@ -475,6 +506,10 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     comm->max_channels = 0;
     comm->my_ops = comm->local_ops;
     comm->owner_pid = getpid();
+    if (plait_handle_add(PLAIT_HANDLE_COMM, comm) != 0) {
+        free(comm);
+        return NULL;
+    }
     pthread_mutex_init(&comm->async_lock, NULL);
     pthread_mutex_init(&comm->peers_lock, NULL);
     if (config) {
@@ -1006,8 +1041,9 @@ static void wait_init(struct plait_comm *comm)
 
 plait_result_t plait_comm_finalize(plait_comm_t comm)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_finalize: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_finalize");
+    if (hs)
+        return hs;
     if (comm->owner_pid != getpid())
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "plait_comm_finalize: the communicator belongs to process %d; a forked child can only "
@@ -1032,8 +1068,9 @@ plait_result_t plait_comm_destroy(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_destroy: comm is not a live communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_destroy");
+    if (hs)
+        return hs;
     if (comm->owner_pid == getpid()) {
         wait_init(comm);
         if (comm->internal_stream) {
@@ -1057,8 +1094,9 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_abort: comm is not a live communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_abort");
+    if (hs)
+        return hs;
     /* Sequentially consistent, paired with the executor's increment of busy
      * followed by its load of the flag: either the executor sees the flag and
      * touches nothing, or we see it busy and wait. Every wait polls the flag at
@@ -1084,8 +1122,9 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 
 plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *async_error_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_get_async_error");
+    if (hs)
+        return hs;
     if (!async_error_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: async_error_out is NULL");
     plait_cuda_poll_error(comm); /* a kernel's error becomes the async error */
@@ -1100,8 +1139,9 @@ plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *asy
 
 plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_count");
+    if (hs)
+        return hs;
     if (!count_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: count_out is NULL");
     *count_out = comm->nranks;
@@ -1110,8 +1150,9 @@ plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 
 plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_rank");
+    if (hs)
+        return hs;
     if (!rank_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: rank_out is NULL");
     *rank_out = comm->rank;
@@ -1131,8 +1172,9 @@ struct plait_reg {
 
 plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_register");
+    if (hs)
+        return hs;
     if (!handle_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: handle_out is NULL");
     if (!buff && size > 0)
@@ -1164,20 +1206,23 @@ static void regs_free(struct plait_comm *comm)
 
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_deregister: comm is NULL or not a communicator");
-    struct plait_reg *reg = handle;
-    if (!reg || reg->magic != PLAIT_REG_MAGIC || reg->comm != comm)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "plait_comm_deregister: handle was not returned by plait_comm_register on this comm");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_deregister");
+    if (hs)
+        return hs;
+    /* The communicator's list is the registry of its registrations: a handle
+     * is looked for there before anything is read through it. */
     for (struct plait_reg **pp = &comm->regs; *pp; pp = &(*pp)->next)
-        if (*pp == reg) {
+        if (*pp == handle) {
+            struct plait_reg *reg = *pp;
             *pp = reg->next;
-            break;
+            reg->magic = 0;
+            plait_handle_retire(reg);
+            return PLAIT_SUCCESS;
         }
-    reg->magic = 0;
-    free(reg);
-    return PLAIT_SUCCESS;
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                       "plait_comm_deregister: handle %p is not a live registration of this comm (not returned by "
+                       "plait_comm_register on it, or deregistered already)",
+                       handle);
 }
 
 /* ------------------------------------------------------------ premultiplied sum */
@@ -1217,8 +1262,9 @@ plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar,
 
 plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_redop_destroy");
+    if (hs)
+        return hs;
     int i = (int)op - PLAIT_NUM_OPS;
     if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: op %d was not created on this comm",

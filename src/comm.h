@@ -9,6 +9,7 @@
 
 #include "plait.h"
 #include "env.h"
+#include "handle.h"
 #include "reduce.h"
 #include "../algorithms/schedule.h"
 #include "../transports/transport.h"
@@ -184,18 +185,36 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
  * bytes); *has_secret = 0 when neither is set. */
 plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
 
-/* getpid(), cached (valid once a communicator exists: the cache is cleared in
- * a forked child by the atfork handler that comm_alloc registers). */
+/* getpid(), cached (the cache is cleared in a forked child by the atfork
+ * handler plait_fork_hooks registers: call that first, as comm_alloc, stream
+ * and event creation do, before a pid is cached). */
+void plait_fork_hooks(void);
 pid_t plait_self_pid(void);
 
-/* Validation helper shared by the API entry points. */
+/* Validation shared by the API entry points. plait_comm_check_handle: comm is
+ * a live communicator (the handle registry, src/handle.h: a NULL, destroyed,
+ * aborted or garbage handle is PLAIT_ERR_INVALID_ARGUMENT naming it, and
+ * nothing is read through it). plait_comm_check: that, and usable for work
+ * now (initialized, not in error, not finalized or aborted, this process's). */
 plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn);
 
 /* Whether comm is a live communicator (not destroyed, not aborted). The magic
- * is read atomically: an abort on another thread rewrites it. */
+ * is read atomically: an abort on another thread rewrites it. Only for a
+ * handle the registry holds. */
 static inline int plait_comm_is_live(const struct plait_comm *comm)
 {
     return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE) == PLAIT_COMM_MAGIC;
+}
+
+/* The failure of plait_comm_check_handle, out of line: which of NULL,
+ * destroyed, aborted or garbage comm is. */
+plait_result_t plait_comm_handle_error(struct plait_comm *comm, const char *fn);
+
+static inline plait_result_t plait_comm_check_handle(struct plait_comm *comm, const char *fn)
+{
+    if (__builtin_expect(plait_handle_live(PLAIT_HANDLE_COMM, comm) && plait_comm_is_live(comm), 1))
+        return PLAIT_SUCCESS;
+    return plait_comm_handle_error(comm, fn);
 }
 
 /* Copies the asynchronous error message (under its lock). */
@@ -222,6 +241,15 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);
 /* Streams: submit a list of ops to run in order on the stream's worker. */
 plait_result_t plait_stream_submit(plait_stream_t stream, struct plait_op *ops);
 plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_stream_t *out);
+/* A call's stream argument: PLAIT_SUCCESS for NULL or a live stream of this
+ * process; PLAIT_ERR_INVALID_ARGUMENT naming it for a destroyed or garbage
+ * one (nothing is read through it), PLAIT_ERR_INVALID_USAGE for a stream a
+ * forked child inherited. */
+plait_result_t plait_stream_check_live(plait_stream_t stream, const char *fn);
+static inline plait_result_t plait_stream_check(plait_stream_t stream, const char *fn)
+{
+    return stream ? plait_stream_check_live(stream, fn) : PLAIT_SUCCESS;
+}
 int plait_stream_busy(plait_stream_t stream);
 /* Whether `stream` wraps a CUDA stream (plait_stream_from_cuda); if so, and
  * cu_stream_out is not NULL, *cu_stream_out is that CUDA stream. NULL: 0. */

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "env.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
      "Append the log to this file instead of stderr; %h = host name, %p = pid. A symbolic link's target, a FIFO, a "
      "character device or /dev/stdout is written as such; one that cannot be opened (a FIFO nobody reads) gives one "
-     "WARN on stderr, which then takes the log."},
+     "WARN on stderr, which then takes the log. Opened once and kept open across inits (a FIFO's reader sees one "
+     "stream), reopened when the name changes or another file takes its place (a rotated log)."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
      "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
@@ -244,12 +246,19 @@ void plait_env_number_range(const struct plait_env_number *spec, char *buf, size
     snprintf(buf, len, "%s%s..%s", spec->has_auto ? "auto or " : "", lo, hi);
 }
 
-int plait_env_number_parse(const struct plait_env_number *spec, const char *text, double *value_out, char *why,
-                           size_t why_len)
+int plait_env_number_parse(const struct plait_env_number *spec, const char *text, bool is_nccl_spelling,
+                           double *value_out, char *why, size_t why_len)
 {
     static const char *const forms[] = {
         [PLAIT_ENV_INTEGER] = "a decimal integer (digits only: no sign, no 0x, no suffix)",
         [PLAIT_ENV_BYTES] = "a size in bytes (decimal digits, then optionally K, M or G: no sign, no 0x)",
+        [PLAIT_ENV_SECONDS] = "a number of seconds (decimal digits with an optional fraction: no sign, no 0x, "
+                              "no exponent)",
+    };
+    static const char *const nccl_forms[] = {
+        [PLAIT_ENV_INTEGER] = "a decimal integer or 0x and hexadecimal digits (no sign, no suffix)",
+        [PLAIT_ENV_BYTES] = "a size in bytes (decimal digits, then optionally K, M or G; or 0x and hexadecimal "
+                            "digits, no suffix: no sign)",
         [PLAIT_ENV_SECONDS] = "a number of seconds (decimal digits with an optional fraction: no sign, no 0x, "
                               "no exponent)",
     };
@@ -262,26 +271,39 @@ int plait_env_number_parse(const struct plait_env_number *spec, const char *text
      * "inf" and the locale's decimal point. The digits are summed exactly
      * (below 2^53) and divided once by the fraction's power of ten. */
     const char *p = text;
-    double mant = 0, scale = 1;
+    double mant = 0, scale = 1, mult = 1;
     int digits = 0, is_huge = 0;
-    for (; *p >= '0' && *p <= '9'; p++, digits++) {
-        mant = mant * 10 + (*p - '0');
-        is_huge |= mant > 1e15;
-    }
-    if (spec->form == PLAIT_ENV_SECONDS && *p == '.')
-        for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
-            if (mant < 1e15) {
-                mant = mant * 10 + (*p - '0');
-                scale *= 10;
-            }
+    /* NCCL reads its numeric variables with strtoll(..., 0), so an NCCL_
+     * spelling may hold hexadecimal (NCCL_BUFFSIZE=0x400000): taken as
+     * NCCL takes it, but as a whole integer only (no suffix, no sign).
+     * NCCL's octal (a leading 0) is not: 010 is 10, as for every name. */
+    const bool is_hex = is_nccl_spelling && spec->form != PLAIT_ENV_SECONDS && p[0] == '0' &&
+                        (p[1] == 'x' || p[1] == 'X');
+    if (is_hex) {
+        for (p += 2; isxdigit((unsigned char)*p); p++, digits++) {
+            mant = mant * 16 + (isdigit((unsigned char)*p) ? *p - '0' : tolower((unsigned char)*p) - 'a' + 10);
+            is_huge |= mant > 1e15;
         }
-    double mult = 1;
-    if (spec->form == PLAIT_ENV_BYTES && digits > 0 && *p && strchr("KkMmGg", *p)) {
-        mult = *p == 'K' || *p == 'k' ? 1024.0 : *p == 'M' || *p == 'm' ? 1048576.0 : 1073741824.0;
-        p++;
+    } else {
+        for (; *p >= '0' && *p <= '9'; p++, digits++) {
+            mant = mant * 10 + (*p - '0');
+            is_huge |= mant > 1e15;
+        }
+        if (spec->form == PLAIT_ENV_SECONDS && *p == '.')
+            for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+                if (mant < 1e15) {
+                    mant = mant * 10 + (*p - '0');
+                    scale *= 10;
+                }
+            }
+        if (spec->form == PLAIT_ENV_BYTES && digits > 0 && *p && strchr("KkMmGg", *p)) {
+            mult = *p == 'K' || *p == 'k' ? 1024.0 : *p == 'M' || *p == 'm' ? 1048576.0 : 1073741824.0;
+            p++;
+        }
     }
     if (digits == 0 || *p != '\0') {
-        snprintf(why, why_len, "is not %s%s", spec->has_auto ? "auto or " : "", forms[spec->form]);
+        snprintf(why, why_len, "is not %s%s", spec->has_auto ? "auto or " : "",
+                 (is_nccl_spelling ? nccl_forms : forms)[spec->form]);
         return -1;
     }
     const double v = mant / scale * mult;
@@ -294,13 +316,18 @@ int plait_env_number_parse(const struct plait_env_number *spec, const char *text
     return 0;
 }
 
+const struct plait_env_number *plait_env_number_find(const char *name)
+{
+    for (size_t i = 0; i < plait_env_numbers_len; i++)
+        if (strcmp(plait_env_numbers[i].name, name) == 0)
+            return &plait_env_numbers[i];
+    return NULL;
+}
+
 plait_result_t plait_env_number(const char *name, double *value_out, int *is_set_out)
 {
-    const struct plait_env_number *spec = NULL;
+    const struct plait_env_number *spec = plait_env_number_find(name);
     const struct plait_env_var *var = NULL;
-    for (size_t i = 0; i < plait_env_numbers_len && !spec; i++)
-        if (strcmp(plait_env_numbers[i].name, name) == 0)
-            spec = &plait_env_numbers[i];
     for (size_t i = 0; i < plait_env_table_len && !var; i++)
         if (strcmp(plait_env_table[i].name, name) == 0)
             var = &plait_env_table[i];
@@ -314,11 +341,11 @@ plait_result_t plait_env_number(const char *name, double *value_out, int *is_set
     if (!v || !*v) {
         if (!var->deflt[0])
             return PLAIT_SUCCESS;
-        if (plait_env_number_parse(spec, var->deflt, value_out, why, sizeof(why)) != 0)
+        if (plait_env_number_parse(spec, var->deflt, false, value_out, why, sizeof(why)) != 0)
             return plait_error(PLAIT_ERR_INTERNAL, "%s: the default \"%s\" %s", name, var->deflt, why);
         return PLAIT_SUCCESS;
     }
-    if (plait_env_number_parse(spec, v, value_out, why, sizeof(why)) != 0)
+    if (plait_env_number_parse(spec, v, strncmp(read, "NCCL_", 5) == 0, value_out, why, sizeof(why)) != 0)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" %s", read, v, why);
     return PLAIT_SUCCESS;
 }

@@ -6,6 +6,7 @@
 #ifndef PLAIT_ENV_H
 #define PLAIT_ENV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "plait.h"
@@ -51,17 +52,24 @@ extern const size_t plait_env_numbers_len;
 /* The one parser of numeric variables: reads `name` (a plait_env_numbers
  * entry; its NCCL_ twin when the PLAIT_ name is unset) and checks it against
  * its form and range. Hexadecimal, exponents, signs, blanks, other suffixes
- * and anything out of range are refused. Unset or empty: the table's default
+ * and anything out of range are refused; except that a value read from an
+ * NCCL_ spelling (NCCL_BUFFSIZE, NCCL_SHM_DISABLE) of an integer or a size
+ * may also be 0x/0X and hexadecimal digits, as NCCL's strtoll(..., 0) reads
+ * it. Unset or empty: the table's default
  * (plait_env_table), and *is_set_out = 0 (the value is left alone when that
  * default is empty). Returns PLAIT_ERR_INVALID_ARGUMENT naming the variable
  * read, its value and what it accepts; PLAIT_ERR_INTERNAL for a name not in
  * the table. is_set_out may be NULL. Thread-safe. */
 plait_result_t plait_env_number(const char *name, double *value_out, int *is_set_out);
 
-/* The same check on a given text (the variable's own value or a test's):
- * 0 and *value_out, or -1 with the reason in why ("is not ..."). */
-int plait_env_number_parse(const struct plait_env_number *spec, const char *text, double *value_out, char *why,
-                           size_t why_len);
+/* The same check on a given text (the variable's own value or a test's),
+ * as read from an NCCL_ spelling when is_nccl_spelling (hexadecimal allowed,
+ * above): 0 and *value_out, or -1 with the reason in why ("is not ..."). */
+int plait_env_number_parse(const struct plait_env_number *spec, const char *text, bool is_nccl_spelling,
+                           double *value_out, char *why, size_t why_len);
+
+/* The plait_env_numbers entry of `name`, or NULL when it is not numeric. */
+const struct plait_env_number *plait_env_number_find(const char *name);
 
 /* "1..32", "4096..1G", "auto or 0..1": the accepted range as text. */
 void plait_env_number_range(const struct plait_env_number *spec, char *buf, size_t len);

@@ -268,7 +268,8 @@ static void consume(struct plait_op *op, int k, const char *in)
     case PLAIT_COLL_REDUCE:
         if (op->comm->rank != op->args.root)
             break;
-        /* fall through: the root reduces like allreduce */
+        /* The root reduces like allreduce. */
+        /* fall through */
     case PLAIT_COLL_ALLREDUCE:
     case PLAIT_COLL_REDUCESCATTER: {
         const unsigned post_flag = k == n - 1 ? PLAIT_RED_POST : 0;

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -161,28 +163,86 @@ static int target_find(const char *path, struct target *t, char *why, size_t len
     return 0;
 }
 
-static int write_all(int fd, const void *data, size_t n, const char *shown, char *why, size_t len)
+/* One write(2) that cannot raise SIGPIPE. A pipe or FIFO whose reader is
+ * gone (a log reader that exited, `| head`) fails the write with EPIPE and
+ * also raises SIGPIPE, whose default action ends the process: a library's
+ * dump or log line must not end its host program. SIGPIPE is blocked in
+ * this thread around the write (a write's SIGPIPE is sent to the writing
+ * thread), and the one the write raised is taken off the pending set before
+ * the mask is restored, unless one was pending before: that one is the
+ * program's own and stays. */
+static ssize_t write_nosigpipe(int fd, const void *p, size_t n)
+{
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old) != 0)
+        return write(fd, p, n);
+    const bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    const ssize_t w = write(fd, p, n);
+    const int err = errno;
+    if (w < 0 && err == EPIPE && !was_pending) {
+        const struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return w;
+}
+
+/* Writes all n bytes: 0, or -1 with errno (EIO for a write that made no
+ * progress). */
+static int write_fd_all(int fd, const void *data, size_t n)
 {
     const char *p = data;
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = write_nosigpipe(fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* A descriptor of the process's that its owner made non-blocking. */
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
             if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-                return fail(why, len, "cannot write %s: %s", shown, strerror(errno));
+                return -1;
             continue;
         }
         if (w < 0)
-            return fail(why, len, "cannot write %s: %s", shown, strerror(errno));
-        if (w == 0)
-            return fail(why, len, "cannot write %s: no progress", shown);
+            return -1;
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
         p += w;
         n -= (size_t)w;
     }
     return 0;
+}
+
+static int write_all(int fd, const void *data, size_t n, const char *shown, char *why, size_t len)
+{
+    if (write_fd_all(fd, data, n) != 0)
+        return fail(why, len, "cannot write %s: %s", shown, strerror(errno));
+    return 0;
+}
+
+/* A stream over a pipe, FIFO or device whose writes go through
+ * write_fd_all (no SIGPIPE; a descriptor made non-blocking by its owner is
+ * waited for), closing fd when closed. */
+static ssize_t stream_write(void *cookie, const char *buf, size_t n)
+{
+    return write_fd_all((int)(intptr_t)cookie, buf, n) == 0 ? (ssize_t)n : -1;
+}
+
+static int stream_close(void *cookie)
+{
+    return close((int)(intptr_t)cookie);
+}
+
+static FILE *stream_open(int fd)
+{
+    const cookie_io_functions_t io = {.write = stream_write, .close = stream_close};
+    return fopencookie((void *)(intptr_t)fd, "w", io);
 }
 
 /* Truncates and writes a regular file where it is: for files the
@@ -247,6 +307,11 @@ int plait_file_write(const char *path, const void *data, size_t n, char *why, si
          * any program would do, write the file itself. */
         if ((err == EACCES || err == EPERM) && t.exists && access(t.path, W_OK) == 0)
             return write_in_place(&t, data, n, why, len);
+        /* A name so near NAME_MAX that the temporary's longer one does not
+         * fit beside it: write (or create) the file itself, not atomically,
+         * rather than refuse a name any program can write. */
+        if (err == ENAMETOOLONG)
+            return write_in_place(&t, data, n, why, len);
         return fail(why, len, "cannot create %s: cannot create a file in its directory %s: %s", t.shown, dir,
                     strerror(err));
     }
@@ -302,7 +367,13 @@ FILE *plait_file_open(const char *path, bool is_append, char *why, size_t len)
             return NULL;
         }
     }
-    FILE *f = fdopen(fd, is_append ? "a" : "w");
+    /* A regular file cannot raise SIGPIPE: a plain stream. Anything else,
+     * and /dev/stdout whatever it is (fdopen's "a" would also set O_APPEND
+     * on the description the program's own stdout shares), goes through
+     * stream_write. */
+    struct stat st;
+    const bool is_regular = t.kind != TARGET_FD && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    FILE *f = is_regular ? fdopen(fd, is_append ? "a" : "w") : stream_open(fd);
     if (f == NULL) {
         fail(why, len, "cannot open %s: %s", t.shown, strerror(errno));
         close(fd);

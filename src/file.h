@@ -13,7 +13,9 @@
  *     (plait_file_write: a temporary file in the target's own directory,
  *     renamed over it, so that a reader never sees half a file and writers in
  *     several processes leave one whole copy) and keeps its permission bits
- *     (and owner, where the caller may set it);
+ *     (and owner, where the caller may set it); where no temporary can be
+ *     made beside it (a directory this process may not write, a name too
+ *     near NAME_MAX for the temporary's), the file itself is written;
  *   - anything else (a directory, a block device, a socket) is refused.
  *
  * Self-contained (no logging, no last-error string): libnccl.so.2 compiles it

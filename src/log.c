@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ static int log_level_value = PLAIT_LOG_NONE;
 static unsigned log_mask = PLAIT_SUBSYS_ALL;
 static FILE *log_file;
 static int log_file_is_ours;
+static char log_file_path[1024]; /* the expanded PLAIT_DEBUG_FILE that log_file is, when ours */
+static struct stat log_file_stat;  /* what was at that path when it was opened */
 static char log_host[64];
 
 static const struct {
@@ -133,14 +136,26 @@ void plait_log_configure(void)
     }
     unsigned mask = parse_subsys(env2("PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"));
     const char *file = env2("PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE");
-    if (log_file_is_ours && log_file) {
+    char path[1024] = "";
+    const int wants_file = file && *file && level > PLAIT_LOG_NONE;
+    if (wants_file)
+        expand_path(file, path, sizeof(path));
+    /* Every init configures the log; the file it names stays open across
+     * them. Closing and reopening it each time would, for a FIFO, close its
+     * only writer, and the reader (`cat fifo`) would see the end of its
+     * stream. A new name (or %p after a fork), or another file at the name
+     * (the log was rotated or removed), opens the file now there. */
+    struct stat now;
+    const int is_same = log_file_is_ours && log_file && wants_file && strcmp(path, log_file_path) == 0 &&
+                        stat(path, &now) == 0 && now.st_dev == log_file_stat.st_dev &&
+                        now.st_ino == log_file_stat.st_ino;
+    if (log_file_is_ours && log_file && !is_same) {
         fclose(log_file);
         log_file = NULL;
         log_file_is_ours = 0;
+        log_file_path[0] = '\0';
     }
-    if (file && *file && level > PLAIT_LOG_NONE) {
-        char path[1024];
-        expand_path(file, path, sizeof(path));
+    if (wants_file && !log_file_is_ours) {
         /* A FIFO nobody reads is an error here, not a blocked init (src/file.h). */
         char why[1400];
         FILE *f = plait_file_open(path, true, why, sizeof(why));
@@ -148,6 +163,9 @@ void plait_log_configure(void)
             setvbuf(f, NULL, _IOLBF, 0);
             log_file = f;
             log_file_is_ours = 1;
+            snprintf(log_file_path, sizeof(log_file_path), "%s", path);
+            if (stat(path, &log_file_stat) != 0)
+                memset(&log_file_stat, 0, sizeof(log_file_stat)); /* reopened next time */
         } else {
             /* The log goes to stderr instead; say why once, there. */
             static int warned;

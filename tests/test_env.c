@@ -215,7 +215,7 @@ Test(env, numbers_docs_match_the_parser)
         char why[256];
         double v;
         if (var && var->deflt[0])
-            cr_expect_eq(plait_env_number_parse(&plait_env_numbers[i], var->deflt, &v, why, sizeof(why)), 0,
+            cr_expect_eq(plait_env_number_parse(&plait_env_numbers[i], var->deflt, false, &v, why, sizeof(why)), 0,
                          "%s's default \"%s\" %s", var->name, var->deflt, why);
     }
 }
@@ -335,13 +335,103 @@ Test(env, issue_cases)
     cr_expect(strstr(plait_get_last_error(NULL), "PLAIT_CUDA=\"2\""), "%s", plait_get_last_error(NULL));
     unsetenv("PLAIT_CUDA");
     unsetenv("PLAIT_BUFFSIZE");
-    setenv("NCCL_BUFFSIZE", "0x400000", 1);
-    cr_expect_eq(plait_settings_load(&s), PLAIT_ERR_INVALID_ARGUMENT, "NCCL_BUFFSIZE=0x400000 accepted");
-    cr_expect(strstr(plait_get_last_error(NULL), "NCCL_BUFFSIZE=\"0x400000\""), "the error does not name the twin "
+    setenv("NCCL_BUFFSIZE", "0x400000K", 1);
+    cr_expect_eq(plait_settings_load(&s), PLAIT_ERR_INVALID_ARGUMENT, "NCCL_BUFFSIZE=0x400000K accepted");
+    cr_expect(strstr(plait_get_last_error(NULL), "NCCL_BUFFSIZE=\"0x400000K\""), "the error does not name the twin "
               "that was read: %s", plait_get_last_error(NULL));
     setenv("NCCL_BUFFSIZE", "1M", 1);
     cr_expect_eq(plait_settings_load(&s), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
     cr_expect_eq(s.slot_bytes, 1048576 / 4, "NCCL_BUFFSIZE=1M gives a slot of %llu bytes",
                  (unsigned long long)s.slot_bytes);
     unsetenv("NCCL_BUFFSIZE");
+}
+
+/* NCCL reads its numeric variables with strtoll(..., 0), so NCCL users'
+ * scripts may hold hexadecimal (NCCL_BUFFSIZE=0x400000): the NCCL_ spellings
+ * of integers and sizes take a 0x/0X hexadecimal integer too (no suffix),
+ * their PLAIT_ names stay decimal only (docs/env.md, section 3). */
+static void nccl_hex_accepted(const char *read_as, const char *set_as, const char *text, double want)
+{
+    double v = -12345;
+    setenv(set_as, text, 1);
+    plait_result_t res = plait_env_number(read_as, &v, NULL);
+    unsetenv(set_as);
+    cr_expect_eq(res, PLAIT_SUCCESS, "%s=\"%s\" refused: %s", set_as, text, plait_last_error_get());
+    cr_expect(res != PLAIT_SUCCESS || v == want, "%s=\"%s\" read as %.17g, not %.17g", set_as, text, v, want);
+}
+
+static void nccl_hex_refused(const char *read_as, const char *set_as, const char *text)
+{
+    setenv(set_as, text, 1);
+    double v = -12345;
+    plait_result_t res = plait_env_number(read_as, &v, NULL);
+    char want[160];
+    snprintf(want, sizeof(want), "%s=\"%s\"", set_as, text);
+    cr_expect_eq(res, PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" accepted (read as %.17g)", set_as, text, v);
+    cr_expect(res != PLAIT_ERR_INVALID_ARGUMENT || strstr(plait_last_error_get(), want),
+              "the error does not name %s: %s", want, plait_last_error_get());
+    unsetenv(set_as);
+}
+
+Test(env, nccl_spellings_take_hexadecimal)
+{
+    int twins = 0;
+    for (size_t i = 0; i < plait_env_numbers_len; i++) {
+        const struct plait_env_number *n = &plait_env_numbers[i];
+        const struct plait_env_var *var = NULL;
+        for (size_t k = 0; k < plait_env_table_len; k++)
+            if (strcmp(plait_env_table[k].name, n->name) == 0)
+                var = &plait_env_table[k];
+        cr_assert_not_null(var, "%s", n->name);
+        const char *twin = var->nccl_name ? var->nccl_name : strncmp(n->name, "NCCL_", 5) == 0 ? n->name : NULL;
+        char t[64];
+        if (!twin)
+            continue;
+        twins++;
+        unsetenv(n->name);
+        if (n->form == PLAIT_ENV_SECONDS) {
+            nccl_hex_refused(n->name, twin, "0x10");
+            continue;
+        }
+        snprintf(t, sizeof(t), "0x%llx", (unsigned long long)n->lo);
+        nccl_hex_accepted(n->name, twin, t, n->lo);
+        snprintf(t, sizeof(t), "0X%llX", (unsigned long long)n->hi);
+        nccl_hex_accepted(n->name, twin, t, n->hi);
+        snprintf(t, sizeof(t), "0x%llx", (unsigned long long)n->hi + 1);
+        nccl_hex_refused(n->name, twin, t);
+        static const char *const bad[] = {"0x", "0X", "0x10K", "0x1p3", "0x1.8", "-0x1", "+0x1", " 0x1", "0x 1",
+                                          "0x-1", "0xg", "00x1", "0x0x1", "0xffffffffffffffffffffffff"};
+        for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
+            nccl_hex_refused(n->name, twin, bad[b]);
+        if (strcmp(twin, n->name) != 0) {
+            /* The PLAIT_ name stays decimal only. */
+            snprintf(t, sizeof(t), "0x%llx", (unsigned long long)n->hi);
+            nccl_hex_refused(n->name, n->name, t);
+            /* And wins over its twin, hexadecimal or not. */
+            setenv(twin, "0x1", 1);
+            nccl_hex_refused(n->name, n->name, "0x1");
+            unsetenv(twin);
+        }
+    }
+    cr_expect_geq(twins, 4, "only %d numeric variables have an NCCL_ spelling", twins);
+
+    /* The case from NCCL users' scripts, as init reads it. */
+    struct plait_settings s;
+    unsetenv("PLAIT_BUFFSIZE");
+    setenv("NCCL_BUFFSIZE", "0x400000", 1);
+    double v = 0;
+    cr_expect_eq(plait_env_number("PLAIT_BUFFSIZE", &v, NULL), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    cr_expect_eq(v, 4194304, "NCCL_BUFFSIZE=0x400000 read as %.17g", v);
+    cr_expect_eq(plait_settings_load(&s), PLAIT_SUCCESS, "NCCL_BUFFSIZE=0x400000: %s", plait_get_last_error(NULL));
+    cr_expect_eq(s.slot_bytes, 4194304 / 4, "NCCL_BUFFSIZE=0x400000 gives a slot of %llu bytes",
+                 (unsigned long long)s.slot_bytes);
+    unsetenv("NCCL_BUFFSIZE");
+    setenv("PLAIT_BUFFSIZE", "0x400000", 1);
+    cr_expect_eq(plait_settings_load(&s), PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_BUFFSIZE=0x400000 accepted");
+    cr_expect(strstr(plait_get_last_error(NULL), "PLAIT_BUFFSIZE=\"0x400000\""), "%s", plait_get_last_error(NULL));
+    unsetenv("PLAIT_BUFFSIZE");
+    setenv("NCCL_SHM_DISABLE", "0x1", 1);
+    cr_expect_eq(plait_settings_load(&s), PLAIT_SUCCESS, "NCCL_SHM_DISABLE=0x1: %s", plait_get_last_error(NULL));
+    cr_expect_eq(s.transport_force, PLAIT_FORCE_SOCKET, "NCCL_SHM_DISABLE=0x1 did not turn shared memory off");
+    unsetenv("NCCL_SHM_DISABLE");
 }

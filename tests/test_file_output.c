@@ -18,12 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "log.h"
 #include "model.h"
 #include "topo.h"
@@ -373,6 +375,32 @@ Test(file_output, dump_regular_file_keeps_mode)
     expect_only(scratch, names, 1);
 }
 
+/* A name near NAME_MAX (255 bytes) leaves no room for the temporary's
+ * longer name beside it: the file is then written where it is, as any
+ * program would, not refused. */
+Test(file_output, dump_long_name_written)
+{
+    char name[256], path[600];
+    memset(name, 'x', 250);
+    snprintf(name + 250, sizeof(name) - 250, ".xml");
+    in_scratch(path, sizeof(path), name);
+    for (int exists = 0; exists < 2; exists++) {
+        if (exists)
+            write_text(path, "old contents\n", 0640);
+        else
+            unlink(path);
+        struct plait_topo *t = small_topo();
+        plait_result_t r = plait_topo_dump_xml(t, path); /* plait-topo --dump PATH */
+        plait_topo_free(t);
+        cr_assert_eq(r, PLAIT_SUCCESS, "dump to a %zu-byte name (%s): %s", strlen(name), exists ? "existing" : "new",
+                     plait_last_error_get());
+        char *xml = read_file(path);
+        cr_expect(strstr(xml, "<plait_topology") != NULL && strstr(xml, "old contents") == NULL, "not written:\n%.200s",
+                  xml);
+        free(xml);
+    }
+}
+
 /* The dump into a directory this process may not write. Root may write
  * anywhere, so as root a child that has given up root does it. */
 static int dump_unwritable(const char *path)
@@ -482,4 +510,146 @@ Test(file_output, debug_file_fifo_without_reader_does_not_block)
     struct stat st;
     cr_assert_eq(lstat(fifo, &st), 0);
     cr_expect(S_ISFIFO(st.st_mode));
+}
+
+/* ---------------------------------------------------------------- a reader that went away */
+
+/* A write to a pipe or FIFO whose reader is gone raises SIGPIPE, whose
+ * default action ends the process: a dump or a log line must fail with
+ * EPIPE instead, and the program (say, a training job whose log reader
+ * exited) go on. */
+static int write_closed_pipe(const char *unused)
+{
+    (void)unused;
+    int p[2];
+    if (pipe(p) != 0)
+        return 10;
+    close(p[0]);
+    char path[64], why[1400] = "";
+    snprintf(path, sizeof(path), "/dev/fd/%d", p[1]);
+    const int r = plait_file_write(path, "<topology/>\n", 12, why, sizeof(why));
+    close(p[1]);
+    if (r == -1 && strstr(why, strerror(EPIPE)))
+        return 0;
+    fprintf(stderr, "plait_file_write to a pipe nobody reads any more: %d, %s\n", r, why);
+    return 1;
+}
+
+Test(file_output, write_to_a_gone_reader_fails_without_sigpipe)
+{
+    cr_expect_eq(in_child(write_closed_pipe, "a pipe whose reader is closed", false), 0,
+                 "see the child's message above");
+}
+
+static int log_to_fifo_reader_gone(const char *fifo)
+{
+    /* The reader is there when the log is opened, and leaves. */
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (reader < 0)
+        return 10;
+    char why[1400] = "";
+    FILE *f = plait_file_open(fifo, true, why, sizeof(why));
+    if (f == NULL) {
+        fprintf(stderr, "plait_file_open of a FIFO with a reader: %s\n", why);
+        return 1;
+    }
+    close(reader);
+    const int put = fprintf(f, "a log line\n");
+    const int flushed = fflush(f);
+    const int err = errno;
+    fclose(f);
+    if (flushed == EOF && err == EPIPE)
+        return 0;
+    fprintf(stderr, "a log line to a FIFO whose reader left: fprintf %d, fflush %d (%s)\n", put, flushed,
+            strerror(err));
+    return 1;
+}
+
+Test(file_output, log_stream_to_a_gone_reader_fails_without_sigpipe)
+{
+    char fifo[300];
+    in_scratch(fifo, sizeof(fifo), "log.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(in_child(log_to_fifo_reader_gone, fifo, false), 0, "see the child's message above");
+}
+
+/* ---------------------------------------------------------------- one log file per process */
+
+/* PLAIT_DEBUG_FILE is opened once, not at every init: each communicator init
+ * and plait_get_unique_id configures the log, and closing a FIFO's only writer
+ * to reopen it ends the reader's stream (`cat fifo` sees end of file and exits,
+ * and what follows goes nowhere). Counted by inotify: the FIFO is opened for
+ * writing once and never closed until the log is turned off. */
+static int log_opened_once(const char *fifo)
+{
+    const int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* `cat fifo` */
+    const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (reader < 0 || in < 0 || inotify_add_watch(in, fifo, IN_OPEN | IN_CLOSE_WRITE) < 0)
+        return 10;
+    setenv("PLAIT_DEBUG", "WARN", 1);
+    setenv("PLAIT_DEBUG_FILE", fifo, 1);
+    for (int i = 0; i < 3; i++) {
+        plait_log_configure(); /* as each init does */
+        PLAIT_WARN(PLAIT_SUBSYS_INIT, "line %d", i);
+    }
+    int opens = 0, closes = 0;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len) {
+            const struct inotify_event *e = (const void *)p;
+            opens += (e->mask & IN_OPEN) != 0;
+            closes += (e->mask & IN_CLOSE_WRITE) != 0;
+        }
+    char text[4096] = "";
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof(text) - 1 && (k = read(reader, text + got, sizeof(text) - 1 - got)) > 0)
+        got += (size_t)k;
+    text[got] = '\0';
+    const int has_lines = strstr(text, "line 0") && strstr(text, "line 1") && strstr(text, "line 2");
+    if (opens == 1 && closes == 0 && has_lines)
+        return 0;
+    fprintf(stderr, "3 log configurations: the FIFO was opened %d times and its writer closed %d times; it "
+                    "holds: %s\n", opens, closes, text);
+    return 1;
+}
+
+Test(file_output, debug_file_opened_once_per_process)
+{
+    char fifo[300];
+    in_scratch(fifo, sizeof(fifo), "log-once.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(in_child(log_opened_once, fifo, false), 0, "see the child's message above");
+}
+
+/* ... but a log file removed (or rotated away) between two inits is created
+ * anew at its name, as when every init opened it. */
+static int log_reopened_after_removal(const char *path)
+{
+    setenv("PLAIT_DEBUG", "WARN", 1);
+    setenv("PLAIT_DEBUG_FILE", path, 1);
+    plait_log_configure();
+    PLAIT_WARN(PLAIT_SUBSYS_INIT, "before the removal");
+    if (unlink(path) != 0)
+        return 10;
+    plait_log_configure();
+    PLAIT_WARN(PLAIT_SUBSYS_INIT, "after the removal");
+    FILE *f = fopen(path, "r");
+    char text[4096] = "";
+    const size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = '\0';
+    if (f)
+        fclose(f);
+    if (strstr(text, "after the removal") && !strstr(text, "before the removal"))
+        return 0;
+    fprintf(stderr, "the log file removed between two inits %s: %s\n", f ? "holds" : "is not there again", text);
+    return 1;
+}
+
+Test(file_output, debug_file_removed_between_inits_is_created_again)
+{
+    char path[300];
+    in_scratch(path, sizeof(path), "rotated.log");
+    cr_expect_eq(in_child(log_reopened_after_removal, path, false), 0, "see the child's message above");
 }

@@ -42,6 +42,9 @@ Test(info_tool, numeric_variables_say_what_they_accept)
     struct run r = info(NULL);
     cr_expect(strstr(r.out, "accepts: seconds (fraction allowed), 0..1000000000") != NULL,
               "PLAIT_TIMEOUT's accepted values are not printed:\n%.2000s", r.out);
+    cr_expect(strstr(r.out, "accepts: bytes (K, M, G suffixes), 4K..1G; NCCL_BUFFSIZE also 0x and hexadecimal "
+                            "digits, as NCCL reads it") != NULL,
+              "PLAIT_BUFFSIZE's line does not say that NCCL_BUFFSIZE takes hexadecimal:\n%.4000s", r.out);
     run_free(&r);
     r = info("--markdown-numbers");
     cr_expect(strstr(r.out, "| `PLAIT_CUDA` | integer | auto or 0..1 |") != NULL, "%s", r.out);

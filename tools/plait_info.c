@@ -10,14 +10,6 @@
 #include "plait.h"
 #include "plait_config.h"
 
-static const struct plait_env_number *number_of(const char *name)
-{
-    for (size_t i = 0; i < plait_env_numbers_len; i++)
-        if (strcmp(plait_env_numbers[i].name, name) == 0)
-            return &plait_env_numbers[i];
-    return NULL;
-}
-
 static const char *form_name(enum plait_env_form form)
 {
     switch (form) {
@@ -81,11 +73,16 @@ int main(int argc, char **argv)
         const char *val = plait_env_get(v->name);
         printf("  %-20s = %-12s (default %s%s%s)\n", v->name, val ? val : "(unset)", v->deflt[0] ? v->deflt : "none",
                v->nccl_name ? "; also read as " : "", v->nccl_name ? v->nccl_name : "");
-        const struct plait_env_number *n = number_of(v->name);
+        const struct plait_env_number *n = plait_env_number_find(v->name);
         if (n) {
             char range[96];
             plait_env_number_range(n, range, sizeof(range));
-            printf("      accepts: %s, %s\n", form_name(n->form), range);
+            /* As src/env.c's parser: NCCL's spellings take hexadecimal too. */
+            const char *nccl = v->nccl_name ? v->nccl_name : strncmp(v->name, "NCCL_", 5) == 0 ? v->name : NULL;
+            printf("      accepts: %s, %s", form_name(n->form), range);
+            if (nccl && n->form != PLAIT_ENV_SECONDS)
+                printf("; %s also 0x and hexadecimal digits, as NCCL reads it", nccl);
+            printf("\n");
         }
         printf("      %s\n", v->doc);
     }

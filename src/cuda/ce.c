@@ -75,6 +75,7 @@
 #include "../bootstrap.h"
 #include "../comm.h"
 #include "../env.h"
+#include "../handle.h"
 #include "../log.h"
 #include "cu.h"
 #include "cuda.h"
@@ -195,7 +196,7 @@ static void window_free(struct plait_window *w, const struct plait_cu *cu, int n
     free(w->peer_base);
     free(w->ipc_map);
     w->magic = 0;
-    free(w);
+    plait_handle_retire(w); /* its address is not given to the next window at once */
 }
 
 /* The rank's part of a registration: checks, the flag block (first window),
@@ -522,20 +523,24 @@ err_free:
 static plait_result_t window_deregister(plait_comm_t comm, plait_window_t win)
 {
     static const char fn[] = "plait_comm_window_deregister";
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL or not a communicator", fn);
+    plait_result_t hs = plait_comm_check_handle(comm, fn);
+    if (hs)
+        return hs;
     struct plait_cuda_ce *ce = comm->cuda_ce;
     if (!ce || !ce->wins)
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: no window is registered on this communicator%s", fn,
                            plait_cu_get() ? "" : " (windows need a CUDA device)");
-    if (!win || win->magic != PLAIT_WINDOW_MAGIC || win->comm != comm)
+    /* The communicator's list is the registry of its windows: win is looked
+     * for there before anything is read through it. */
+    struct plait_window **pp = &ce->wins;
+    while (*pp && *pp != win)
+        pp = &(*pp)->next;
+    if (!*pp || !win)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "%s: win was not returned by plait_comm_window_register on this communicator", fn);
-    for (struct plait_window **pp = &ce->wins; *pp; pp = &(*pp)->next)
-        if (*pp == win) {
-            *pp = win->next;
-            break;
-        }
+                           "%s: win %p is not a live window of this communicator (not returned by "
+                           "plait_comm_window_register on it, or deregistered already)",
+                           fn, (void *)win);
+    *pp = win->next;
     /* Collective, as NCCL's: no rank returns (and frees its buffer) before
      * every rank has stopped using the window. */
     plait_result_t status = plait_bootstrap_barrier(comm->bs);
