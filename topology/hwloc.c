@@ -722,9 +722,9 @@ static plait_result_t xml_load_failed(const char *path, int err)
 {
     if (hwloc_has_libxml())
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "topology: hwloc cannot load XML file %s (%s): it is not an hwloc topology this hwloc "
-                           "(%u.%u) reads; `lstopo --of xml FILE` writes one",
-                           path, strerror(err), hwloc_get_api_version() >> 16, (hwloc_get_api_version() >> 8) & 0xff);
+                           "topology: hwloc (with libxml2) cannot load XML file %s (%s): it is not a topology as "
+                           "`lstopo --of xml` writes it (HWLOC_XML_VERBOSE=1 prints hwloc's reason)",
+                           path, strerror(err));
     return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
                        "topology: hwloc cannot load XML file %s (%s): this hwloc reads XML without libxml2 "
                        "(libhwloc-plugins is not installed, or HWLOC_LIBXML_IMPORT=0 is set) and its minimal parser "
