@@ -17,11 +17,11 @@ set -uo pipefail
 STAGES=(
     "cuda 300 cuda"
     "nccl 120 nccl"
-    "collectives 420 collectives"
-    "algorithms 540 algorithms"
-    "unit 300 unit"
-    "behaviour 420 behaviour"
-    "rest 420 -"
+    "collectives 360 collectives"
+    "algorithms 900 algorithms"
+    "unit 480 unit"
+    "behaviour 300 behaviour"
+    "rest 300 -"
 )
 
 stage_args() {
