@@ -35,12 +35,13 @@ SUITE=bookworm
 # reductions, the tuner, the schedule verifier, plait-info's table in
 # docs/env.md) but the CUDA double's and plait_verify_all, the public API, the
 # small collectives matrix on threads, shm and sockets, the leak check under
-# valgrind, and the NCCL tests (which skip without the toolkit).
+# valgrind, the NCCL tests (which skip without the toolkit), a real-GPU test
+# (which says "no CUDA device" and skips) and one on the CUDA test double.
 FRESH_SUITES=(--suite unit --suite nccl --no-suite cuda)
 # Of those, not the long sweep of plait-verify --all (minutes; it needs no package).
 FRESH_LEAVE_OUT='^(plait_verify_all)$'
 FRESH_NAMES=(test_api collectives_small_threads_3 collectives_small_shm_4 collectives_small_socket_2
-             leak_cycles_valgrind)
+             leak_cycles_valgrind cuda_device_threads_1 cuda_host_matrix_2_double)
 
 # Skips allowed in the root: the tests that need NVIDIA's toolkit (none there).
 ALLOWED_SKIPS='^nccl_'
