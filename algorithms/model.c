@@ -39,12 +39,14 @@
 #include "model.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algorithms.h"
+#include "file.h"
 #include "log.h"
 #include "topo.h"
 
@@ -423,9 +425,13 @@ plait_result_t plait_model_consts_save(const char *path, const struct plait_mode
 {
     if (!path || !k)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_model_consts_save: NULL argument");
-    FILE *f = fopen(path, "w");
+    /* Composed in memory, then written as a whole (src/file.h): a file being
+     * replaced is never seen half-written by a rank that loads it. */
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *f = open_memstream(&text, &text_len);
     if (!f)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot create: %s", path, strerror(errno));
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot compose the constants: %s", path, strerror(errno));
     struct plait_model_consts copy = *k;
     fprintf(f, "# plait cost-model constants (seconds; seconds per byte for beta, gamma and per-byte keys)\n");
     if (comment) {
@@ -450,8 +456,15 @@ plait_result_t plait_model_consts_save(const char *path, const struct plait_mode
         }
     }
     const int werr = ferror(f);
-    if (fclose(f) != 0 || werr)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(errno));
+    if (fclose(f) != 0 || werr) {
+        free(text);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: cannot compose the constants: %s", path, strerror(errno));
+    }
+    char why[PATH_MAX + 256];
+    const int r = plait_file_write(path, text, text_len, why, sizeof(why));
+    free(text);
+    if (r != 0)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s", why);
     return PLAIT_SUCCESS;
 }
 

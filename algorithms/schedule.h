@@ -1,4 +1,4 @@
-/* Schedules: what an algorithm emits (DESIGN.md, "The one idea").
+/* Schedules: what an algorithm emits (docs/architecture.md, section 3).
  *
  * For each rank and channel an algorithm is an ordered list of steps over element
  * ranges of the user's buffers. A step is computed, never stored: a generator maps

@@ -1,6 +1,6 @@
 /* The schedule verifier: runs a schedule symbolically, for every rank and
- * channel, and proves it right or says what is wrong (DESIGN.md, "The one idea:
- * algorithms are data"; docs/algorithms.md, "The verifier").
+ * channel, and proves it right or says what is wrong (docs/architecture.md, section 3;
+ * docs/algorithms.md, "The verifier").
  *
  * What it models is what the CPU executor (src/exec.c) does:
  *   - every (rank, channel) runs its steps in order;

@@ -10,6 +10,14 @@
  * state is per thread; plait_comm_abort() and plait_comm_get_async_error() may be
  * called from any thread at any time.
  *
+ * Handles (plait_comm_t, plait_stream_t, plait_event_t, plait_window_t and
+ * registration handles) are looked up in registries of live handles before
+ * anything is read through them: a destroyed, aborted, never-made or garbage
+ * handle, or one of another kind, is PLAIT_ERR_INVALID_ARGUMENT naming the
+ * argument, never a crash or a hang. A handle a forked child inherited is
+ * PLAIT_ERR_INVALID_USAGE there, except for its destroy (which frees the
+ * child's copy).
+ *
  * Buffers: each call's buffers are classified (host, registered host, device,
  * managed memory; no CUDA context is created for that). Host and registered
  * host memory run on the CPU backend; device (cudaMalloc) and managed
@@ -187,7 +195,8 @@ plait_result_t plait_comm_init_all(plait_comm_t *comms_out, int ndev, const int 
  * (PMI_RANK/PMI_SIZE). The root's address is PLAIT_COMM_ID (host:port), else
  * MASTER_ADDR and MASTER_PORT + PLAIT_PORT_OFFSET (default 1: plait never takes
  * torchrun's TCPStore port); rank 0 hosts the root. The secret comes from PLAIT_SECRET or the file PLAIT_SECRET_FILE;
- * without one the bootstrap is unauthenticated and a WARN says so. `config` may be
+ * without one the bootstrap is unauthenticated and each process says so once on
+ * stderr, whatever PLAIT_DEBUG. `config` may be
  * NULL. Failures: PLAIT_ERR_INVALID_USAGE when no launcher environment is found
  * (the message lists what was looked for), otherwise as init_rank. */
 plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_config_t *config);
@@ -210,8 +219,9 @@ plait_result_t plait_comm_finalize(plait_comm_t comm);
 /* Frees every resource of `comm` (memory, segments, sockets, threads), after
  * waiting for its work queued on any stream. Call it after plait_comm_finalize()
  * or instead of it; not after plait_comm_abort(), which frees the communicator
- * itself. `comm` is invalid afterwards. NULL is accepted (no-op). In a forked
- * child, destroying an inherited communicator frees the child's copies only. */
+ * itself. `comm` is invalid afterwards: calls with it (destroy included) return
+ * PLAIT_ERR_INVALID_ARGUMENT. NULL is accepted (no-op). In a forked child,
+ * destroying an inherited communicator frees the child's copies only. */
 plait_result_t plait_comm_destroy(plait_comm_t comm);
 
 /* Aborts every wait on `comm` from any thread: collectives in flight return
@@ -232,7 +242,8 @@ plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out);
 /* Registers [buff, buff+size) for single-copy use by `comm`. The handle is passed
  * to plait_comm_deregister() before the memory is freed. Registering host memory
  * is optional: unregistered buffers work (through staging slots). Failures:
- * PLAIT_ERR_INVALID_ARGUMENT on NULL comm/handle_out or a NULL buff with size > 0. */
+ * PLAIT_ERR_INVALID_ARGUMENT on NULL comm/handle_out or a NULL buff with size > 0;
+ * for deregister, a handle that is not a live registration of this comm. */
 plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out);
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle);
 
@@ -309,9 +320,12 @@ plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm);
  * collectives one CTA (all-gather and broadcast on copy engines where
  * PLAIT_CE_COLL and memory windows allow).
  *
- * Failures common to all: PLAIT_ERR_INVALID_ARGUMENT (NULL comm, NULL buffer with
- * count > 0, datatype or op out of range, root or peer out of range, a byte size
- * that overflows size_t) — nothing is started and the communicator stays usable;
+ * Failures common to all: PLAIT_ERR_INVALID_ARGUMENT (NULL, destroyed or garbage
+ * comm or stream, NULL buffer with count > 0, datatype or op out of range, root
+ * or peer out of range, count x element size x nranks overflowing or larger than
+ * any buffer can be (2^63 - 4096 bytes on 64-bit Linux: the same on every rank),
+ * a buffer whose range runs past the end of the address space) — nothing is
+ * started and the communicator stays usable;
  * PLAIT_ERR_REMOTE (a peer died, disconnected or the communicator was aborted: the
  * message names the operation, its sequence number, the peer's rank and host);
  * PLAIT_ERR_TIMEOUT (PLAIT_COLL_TIMEOUT passed); PLAIT_ERR_INVALID_USAGE (the
@@ -368,7 +382,10 @@ plait_result_t plait_group_end(void);
 
 /* Creates a host stream. Failures: PLAIT_ERR_INVALID_ARGUMENT (NULL), PLAIT_ERR_SYSTEM. */
 plait_result_t plait_stream_create(plait_stream_t *stream_out);
-/* Waits for the stream's work, then frees it. Returns the stream's first error. NULL is a no-op. */
+/* Waits for the stream's work, then frees it. Returns the stream's first error. NULL is a no-op.
+ * The stream is invalid afterwards: calls with it return PLAIT_ERR_INVALID_ARGUMENT. In a forked
+ * child, streams and events inherited from the parent are PLAIT_ERR_INVALID_USAGE (their threads
+ * are the parent's); destroying them frees the child's copies. */
 plait_result_t plait_stream_destroy(plait_stream_t stream);
 /* Waits until every operation queued on the stream is done. Returns the first
  * error of that work (and clears it). */

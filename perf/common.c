@@ -22,6 +22,9 @@
 
 #include "common.h"
 #include "cuda/cu.h"
+#include "env.h"
+#include "file.h"
+#include "log.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -1723,9 +1726,10 @@ static int perf_rank_main(const struct perf_options *opt, const struct plait_per
         ctx.run.stream = ctx.stream;
     }
     if (ctx.is_printer && opt->json_path) {
-        ctx.json = fopen(opt->json_path, "w");
+        char why[1400];
+        ctx.json = plait_file_open(opt->json_path, false, why, sizeof(why));
         if (!ctx.json)
-            printf("# skipping json output; %s: %s\n", opt->json_path, strerror(errno));
+            printf("# skipping json output; %s\n", why);
         else
             printf("# Writing JSON output to %s\n", opt->json_path);
     }
@@ -2140,8 +2144,12 @@ int plait_perf_main(int argc, char **argv, const struct plait_perf_coll *coll)
     opt.op = PLAIT_SUM;
     opt.root = 0;
     opt.average = 1;
-    const char *dev_env = getenv("PLAIT_PERF_DEVICE");
-    opt.device = dev_env && strcmp(dev_env, "1") == 0;
+    double dev_env = 0;
+    if (plait_env_number("PLAIT_PERF_DEVICE", &dev_env, NULL) != PLAIT_SUCCESS) {
+        fprintf(stderr, "%s: %s\n", argv[0], plait_last_error_get());
+        return 2;
+    }
+    opt.device = dev_env == 1;
 
     /* Every line is flushed, so that progress shows through pipes too. */
     setvbuf(stdout, NULL, _IOLBF, 0);

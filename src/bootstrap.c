@@ -11,11 +11,17 @@
  *                       u32 nranks, u64 uid nonce, address (listening address
  *                       when registering; zero on the ring)
  *   reply   (40 bytes): u32 magic "PLBR", u32 status (enum bs_status), u32 the
- *                       root's nranks, u32 detail (ranks registered, on timeout),
- *                       address of the rank's successor (when status is OK)
+ *                       root's nranks, u32 detail (ranks registered, on timeout;
+ *                       the rank registered twice, on a duplicate), address of
+ *                       the rank's successor (when status is OK); a duplicate's
+ *                       reply is followed by 2 addresses (48 bytes): where the
+ *                       two registrations of that rank came from
  *   step    (24 bytes): u32 magic "PLBC", u32 op (1 allgather, 2 barrier),
  *                       u32 sequence number, u32 step, u64 block size;
  *                       an allgather step is followed by the block itself.
+ *   notice  (24 bytes): u32 magic "PLBD", u32 the rank that died, 16 zero
+ *                       bytes; sent on both ring connections, at any time
+ *                       after init (see "death notices" below).
  *
  * Every connection, to the root and on the ring, starts with the challenge-
  * response of socket.h (the accepting side speaks first); the hello is read
@@ -44,23 +50,36 @@ _Static_assert(sizeof(struct plait_uid) <= PLAIT_UNIQUE_ID_BYTES, "struct plait_
 #define BS_HELLO_MAGIC 0x504c4248u /* "PLBH" */
 #define BS_REPLY_MAGIC 0x504c4252u /* "PLBR" */
 #define BS_STEP_MAGIC 0x504c4243u  /* "PLBC" */
+#define BS_NOTICE_MAGIC 0x504c4244u /* "PLBD" */
 
 #define BS_ADDR_BYTES 24
 #define BS_HELLO_BYTES 48
 #define BS_REPLY_BYTES 40
+#define BS_DUP_BYTES (2 * BS_ADDR_BYTES)
 #define BS_STEP_BYTES 24
 
 /* Beyond any job we expect; bounds what an (authenticated) hello can make the root allocate. */
 #define BS_MAX_RANKS (1 << 20)
-/* An accepted connection must finish the handshake and its hello within this
- * time, however long the overall deadline: a legitimate peer needs milliseconds,
- * and a silent one must not hold a slot for ever. */
+/* A connection to the root or to our own ring listener must finish the
+ * handshake and its hello within this time after we accept it. A legitimate
+ * peer is waiting for our challenge and needs a few round trips, but may be
+ * descheduled for a while on a loaded machine; silent connections are not what
+ * this deadline defends against (eviction, below, makes room for new arrivals),
+ * so it is generous. */
+#define BS_PENDING_S 10.0
+/* Our own waits on a peer that does not answer: connecting to the successor,
+ * and the root sending its final replies. */
 #define BS_HANDSHAKE_S 10.0
-/* Connections being authenticated at once. The root must take a whole job's
- * burst of arrivals; a rank expects only its predecessor. When full, further
- * peers wait in the listen backlog. */
-#define BS_ROOT_MAX_PENDING 1024
-#define BS_RANK_MAX_PENDING 64
+/* Connections being authenticated at once, by the root and by a rank alike
+ * (one mechanism, struct bs_acceptor): enough for a whole job's burst of
+ * arrivals at the root. Beyond it, or when descriptors run out, the oldest
+ * pending connection is dropped for the new one, but only once it has been
+ * pending for BS_EVICT_AGE_S: a legitimate peer answers our challenge within
+ * milliseconds, so what is still silent by then is most likely hostile, and a
+ * burst of real ranks is never dropped for being many. Until then further
+ * arrivals wait in the listen backlog. */
+#define BS_MAX_PENDING 1024
+#define BS_EVICT_AGE_S 0.1
 #define BS_SLICE_MS 100
 
 enum bs_hello_type { BS_HELLO_REGISTER = 1, BS_HELLO_RING = 2 };
@@ -72,7 +91,7 @@ enum bs_status {
     BS_STATUS_WRONG_ID = 3,        /* the nonce is another communicator's */
     BS_STATUS_NRANKS_MISMATCH = 4, /* the root already serves a different nranks */
     BS_STATUS_BAD_RANK = 5,        /* rank or nranks out of range */
-    BS_STATUS_DUPLICATE_RANK = 6,  /* another connection already registered this rank */
+    BS_STATUS_DUPLICATE_RANK = 6,  /* two connections registered one rank: the job cannot form */
     BS_STATUS_BAD_ADDRESS = 7,     /* the listening address cannot be used */
     BS_STATUS_STOPPED = 8,         /* the rank that started the root failed and stopped it */
 };
@@ -93,6 +112,14 @@ struct plait_bootstrap {
     uint8_t secret[PLAIT_SECRET_BYTES];
     char next_str[PLAIT_SOCKADDR_STRLEN];
     char prev_str[PLAIT_SOCKADDR_STRLEN];
+    /* Death notices (see below). in_op: a ring operation owns the ring's
+     * reads (atomic; the notice reader keeps off prev_fd meanwhile). */
+    int in_op;
+    int has_notified;               /* this rank sent its notice */
+    int heard_culprit;              /* the rank the first notice read named, -1: none */
+    int heard_from;                 /* the neighbour it came from */
+    int link_closed[2];             /* [0] next_fd, [1] prev_fd: the neighbour's end closed */
+    int link_noticed[2];            /* a notice came on that link before it closed */
 };
 
 static int roots_running;
@@ -237,7 +264,7 @@ static const char *bs_status_str(uint32_t status)
     case BS_STATUS_BAD_RANK:
         return "rank or nranks out of range";
     case BS_STATUS_DUPLICATE_RANK:
-        return "rank already registered by another connection";
+        return "a rank was registered twice";
     case BS_STATUS_BAD_ADDRESS:
         return "unusable listening address";
     case BS_STATUS_STOPPED:
@@ -280,6 +307,7 @@ struct bs_conn {
     uint8_t buf[64];             /* the message being sent or received */
     uint8_t hello[BS_HELLO_BYTES]; /* to send (connecting side) or received (accepting side) */
     struct plait_auth auth;
+    double accepted_at;          /* accepting side: when we accepted it */
     double handshake_deadline;
     int err;                     /* errno of a failed send/recv */
     const char *why;             /* why it failed, for the log */
@@ -304,7 +332,8 @@ static plait_result_t conn_start_server(struct bs_conn *c, int fd, const char *p
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->state = BS_CONN_SEND_CHALLENGE;
     c->len = PLAIT_AUTH_CHALLENGE_BYTES;
-    c->handshake_deadline = plait_now() + BS_HANDSHAKE_S;
+    c->accepted_at = plait_now();
+    c->handshake_deadline = c->accepted_at + BS_PENDING_S;
     return plait_auth_server_challenge(&c->auth, c->buf);
 }
 
@@ -406,11 +435,19 @@ static enum bs_conn_progress conn_advance(struct bs_conn *c, const uint8_t secre
 
 /* ---------------------------------------------------------------- acceptor
  *
- * A listening socket plus the accepted connections still in their handshake.
- * Whoever owns it builds the poll set with acceptor_fill(), then calls
- * acceptor_service() with the results; a connection that completes its hello is
- * handed to on_hello, which takes the fd (returns 1) or rejects it (returns 0:
- * the acceptor closes it). */
+ * A listening socket plus the accepted connections still in their handshake,
+ * the one mechanism behind the root's listener and each rank's. Whoever owns it
+ * builds the poll set with acceptor_fill(), polls for at most acceptor_poll_ms(),
+ * then calls acceptor_service() with the results; a connection that completes
+ * its hello is handed to on_hello, which takes the fd (returns 1) or rejects it
+ * (returns 0: the acceptor closes it).
+ *
+ * Nothing here blocks: each connection is a bs_conn state machine, so any
+ * number of silent or slow peers cost a descriptor and a slot each, never time.
+ * The slots are bounded (BS_MAX_PENDING, and the process's descriptors); when
+ * they run out the oldest pending connection makes room (see BS_EVICT_AGE_S), so
+ * a legitimate peer queued behind hundreds of idle connections is reached in
+ * one pass over the backlog instead of one handshake deadline per batch. */
 
 struct bs_acceptor {
     int listen_fd;
@@ -419,24 +456,26 @@ struct bs_acceptor {
     struct bs_conn *conns;
     int count;
     int max;
-    double resume_accept_at; /* after EMFILE and friends, pause accepting briefly */
+    int high;                /* most slots ever used: what fini must clear */
+    long evicted;            /* connections dropped to make room, logged once by fini */
+    double resume_accept_at; /* accepting paused until then (no room yet, or accept failing) */
     int (*on_hello)(void *ctx, struct bs_conn *c);
     void *ctx;
 };
 
 static plait_result_t acceptor_init(struct bs_acceptor *a, int listen_fd, const uint8_t *secret, const char *who,
-                                    int max, int (*on_hello)(void *, struct bs_conn *), void *ctx)
+                                    int (*on_hello)(void *, struct bs_conn *), void *ctx)
 {
     memset(a, 0, sizeof(*a));
     a->listen_fd = listen_fd;
     a->secret = secret;
     a->who = who;
-    a->max = max;
+    a->max = BS_MAX_PENDING;
     a->on_hello = on_hello;
     a->ctx = ctx;
-    a->conns = calloc((size_t)max, sizeof(*a->conns));
+    a->conns = calloc((size_t)a->max, sizeof(*a->conns));
     if (!a->conns)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %d pending connections", who, max);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory for %d pending connections", who, a->max);
     return PLAIT_SUCCESS;
 }
 
@@ -445,8 +484,13 @@ static void acceptor_fini(struct bs_acceptor *a)
 {
     for (int i = 0; i < a->count; i++)
         close(a->conns[i].fd);
+    if (a->evicted)
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+                   "%s: dropped %ld connections that had not authenticated within %.1f s to make room for newer "
+                   "ones (more than %d pending, or out of descriptors)",
+                   a->who, a->evicted, BS_EVICT_AGE_S, a->max);
     if (a->conns)
-        explicit_bzero(a->conns, (size_t)a->max * sizeof(*a->conns));
+        explicit_bzero(a->conns, (size_t)a->high * sizeof(*a->conns));
     free(a->conns);
     a->conns = NULL;
     a->count = 0;
@@ -471,15 +515,67 @@ static void acceptor_drop(struct bs_acceptor *a, int i, const char *why)
     acceptor_remove(a, i, 1);
 }
 
+/* Whether the peer has shown anything of a handshake: sent a byte of its
+ * answer, or got past it. Such connections go last when room is needed. */
+static int conn_has_progress(const struct bs_conn *c)
+{
+    return c->state != BS_CONN_SEND_CHALLENGE && !(c->state == BS_CONN_RECV_ANSWER && c->off == 0);
+}
+
+/* The connection to drop when room is needed: the oldest that has shown no
+ * progress, else the oldest. -1 when none is pending. */
+static int acceptor_oldest(const struct bs_acceptor *a)
+{
+    int best = -1;
+    for (int i = 0; i < a->count; i++) {
+        const struct bs_conn *c = &a->conns[i], *b = best >= 0 ? &a->conns[best] : NULL;
+        if (!b || conn_has_progress(b) > conn_has_progress(c) ||
+            (conn_has_progress(b) == conn_has_progress(c) && c->accepted_at < b->accepted_at))
+            best = i;
+    }
+    return best;
+}
+
+/* Makes room for one more connection by dropping the oldest pending one, if it
+ * has been pending for BS_EVICT_AGE_S. Returns 1 if room was made; otherwise
+ * pauses accepting until the oldest is old enough (or, with nothing pending,
+ * for one slice: the lack of descriptors is someone else's) and returns 0. */
+static int acceptor_make_room(struct bs_acceptor *a, double now)
+{
+    int i = acceptor_oldest(a);
+    if (i < 0) {
+        a->resume_accept_at = now + BS_SLICE_MS * 1e-3;
+        return 0;
+    }
+    if (now - a->conns[i].accepted_at < BS_EVICT_AGE_S) {
+        a->resume_accept_at = a->conns[i].accepted_at + BS_EVICT_AGE_S;
+        return 0;
+    }
+    PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: dropped connection from %s, silent for %.2f s, to make room", a->who,
+                a->conns[i].peer, now - a->conns[i].accepted_at);
+    a->evicted++;
+    acceptor_remove(a, i, 1);
+    return 1;
+}
+
 /* Slots [0] = listener (fd -1 when not accepting), then one per connection.
  * Returns the number of entries written. */
 static nfds_t acceptor_fill(const struct bs_acceptor *a, struct pollfd *pfds, int is_accepting)
 {
-    int can_accept = is_accepting && a->count < a->max && plait_now() >= a->resume_accept_at;
+    int can_accept = is_accepting && plait_now() >= a->resume_accept_at;
     pfds[0] = (struct pollfd){.fd = can_accept ? a->listen_fd : -1, .events = POLLIN};
     for (int i = 0; i < a->count; i++)
         pfds[1 + i] = (struct pollfd){.fd = a->conns[i].fd, .events = conn_events(&a->conns[i])};
     return (nfds_t)(1 + a->count);
+}
+
+/* The poll timeout: at most ms, less when accepting resumes sooner. */
+static int acceptor_poll_ms(const struct bs_acceptor *a, int ms)
+{
+    double wait = a->resume_accept_at - plait_now();
+    if (wait > 0 && wait * 1e3 < ms)
+        ms = (int)(wait * 1e3) + 1;
+    return ms;
 }
 
 static void acceptor_advance(struct bs_acceptor *a, int i)
@@ -503,14 +599,19 @@ static void acceptor_advance(struct bs_acceptor *a, int i)
     }
 }
 
-/* Accepts what the backlog holds, as far as there is room. */
+/* Accepts what the backlog holds, making room as above. At most max accepts a
+ * call, so that a flood of arrivals cannot keep the owner from serving the
+ * connections it has. */
 static void acceptor_accept(struct bs_acceptor *a)
 {
-    while (a->count < a->max) {
+    for (int budget = a->max; budget > 0; budget--) {
         union plait_sockaddr peer;
         socklen_t plen = sizeof(peer);
         char peer_str[PLAIT_SOCKADDR_STRLEN];
+        double now = plait_now();
 
+        if (a->count == a->max && !acceptor_make_room(a, now))
+            return;
         memset(&peer, 0, sizeof(peer));
         int fd = accept4(a->listen_fd, &peer.sa, &plen, SOCK_CLOEXEC);
         if (fd < 0) {
@@ -524,11 +625,22 @@ static void acceptor_accept(struct bs_acceptor *a)
             case ECONNABORTED:
             case EPROTO:
                 continue;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                /* Out of descriptors or memory, most likely held by pending
+                 * connections: free the oldest and try again. */
+                if (acceptor_make_room(a, now))
+                    continue;
+                PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: accept: %s (%d pending)", a->who, strerror(errno),
+                            a->count);
+                return;
             default:
-                /* Out of fds or memory, or a network error: try again shortly
-                 * rather than spin on a listener that stays readable. */
+                /* A network error: try again shortly rather than spin on a
+                 * listener that stays readable. */
                 PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: accept: %s", a->who, strerror(errno));
-                a->resume_accept_at = plait_now() + BS_SLICE_MS * 1e-3;
+                a->resume_accept_at = now + BS_SLICE_MS * 1e-3;
                 return;
             }
         }
@@ -546,6 +658,8 @@ static void acceptor_accept(struct bs_acceptor *a)
         }
         PLAIT_TRACE(PLAIT_SUBSYS_BOOTSTRAP, "%s: connection from %s", a->who, peer_str);
         a->count++;
+        if (a->count > a->high)
+            a->high = a->count;
         /* The challenge can go at once; the socket is fresh. */
         acceptor_advance(a, a->count - 1);
     }
@@ -599,6 +713,13 @@ struct bs_root {
     int *fds;         /* [nranks]: each registered rank's connection, or -1 */
     uint8_t (*addrs)[BS_ADDR_BYTES];
     char (*peers)[PLAIT_SOCKADDR_STRLEN];
+    /* -1, else a rank that two connections registered: the job cannot form (the
+     * root cannot tell the real rank from a forger, or from a second process
+     * launched as the same rank), so every rank, registered or still to come,
+     * is told at once, with where both registrations came from. */
+    int dup_rank;
+    int dup_nranks;
+    uint8_t dup_addrs[2][BS_ADDR_BYTES];
 };
 
 /* Tells an authenticated peer why it was turned away. Best effort: the socket is
@@ -611,6 +732,16 @@ static void root_send_reply(int fd, enum bs_status status, int nranks, uint32_t 
     union plait_sockaddr succ_addr;
     int has_succ = succ && addr_get(succ, &succ_addr);
     reply_put(msg, status, nranks, detail, has_succ ? &succ_addr : NULL);
+    (void)send(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* The failure every rank gets once a rank was registered twice: the reply
+ * and both registrations' addresses, in one send (best effort, as above). */
+static void root_send_duplicate(const struct bs_root *r, int fd)
+{
+    uint8_t msg[BS_REPLY_BYTES + BS_DUP_BYTES];
+    reply_put(msg, BS_STATUS_DUPLICATE_RANK, r->dup_nranks, (uint32_t)r->dup_rank, NULL);
+    memcpy(msg + BS_REPLY_BYTES, r->dup_addrs, BS_DUP_BYTES);
     (void)send(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
@@ -643,6 +774,37 @@ static void root_unregister(struct bs_root *r, int rank, const char *why)
         root_free_table(r);
 }
 
+static void peer_addr_put(int fd, uint8_t out[BS_ADDR_BYTES])
+{
+    union plait_sockaddr a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (getpeername(fd, &a.sa, &len) != 0)
+        memset(&a, 0, sizeof(a));
+    addr_put(out, &a);
+}
+
+/* Connection c registers rank h->rank, which another connection holds. */
+static int root_fail_duplicate(struct bs_root *r, struct bs_conn *c, const struct bs_hello *h)
+{
+    int rank = (int)h->rank;
+    r->dup_rank = rank;
+    r->dup_nranks = r->nranks;
+    peer_addr_put(r->fds[rank], r->dup_addrs[0]);
+    peer_addr_put(c->fd, r->dup_addrs[1]);
+    PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
+               "%s: rank %d of %d registered twice, from %s and then from %s (a forged registration, or two "
+               "processes launched as one rank): failing every rank",
+               r->name, rank, r->nranks, r->peers[rank], c->peer);
+    root_send_duplicate(r, c->fd);
+    for (int i = 0; i < r->nranks; i++)
+        if (r->fds[i] >= 0)
+            root_send_duplicate(r, r->fds[i]);
+    root_free_table(r);
+    r->deadline = plait_deadline(r->timeout_s);
+    return 0;
+}
+
 static int root_reject(struct bs_root *r, struct bs_conn *c, enum bs_status status, const struct bs_hello *h)
 {
     if (status == BS_STATUS_BAD_HELLO)
@@ -666,6 +828,13 @@ static int root_on_hello(void *ctx, struct bs_conn *c)
         return root_reject(r, c, BS_STATUS_BAD_HELLO, &h);
     if (h.nonce != r->nonce)
         return root_reject(r, c, BS_STATUS_WRONG_ID, &h);
+    if (r->dup_rank >= 0) {
+        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: told rank %u (%s) that rank %d was registered twice", r->name,
+                   h.rank, c->peer, r->dup_rank);
+        root_send_duplicate(r, c->fd);
+        r->deadline = plait_deadline(r->timeout_s);
+        return 0;
+    }
     if (h.nranks < 1 || h.nranks > BS_MAX_RANKS || h.rank >= h.nranks)
         return root_reject(r, c, BS_STATUS_BAD_RANK, &h);
     if (r->nranks && h.nranks != (uint32_t)r->nranks)
@@ -674,7 +843,7 @@ static int root_on_hello(void *ctx, struct bs_conn *c)
     if (h.nranks > 1 && !addr_get(h.addr, &addr))
         return root_reject(r, c, BS_STATUS_BAD_ADDRESS, &h);
     if (r->nranks && r->fds[h.rank] >= 0)
-        return root_reject(r, c, BS_STATUS_DUPLICATE_RANK, &h);
+        return root_fail_duplicate(r, c, &h);
 
     if (!r->nranks) {
         r->fds = malloc(h.nranks * sizeof(*r->fds));
@@ -778,18 +947,27 @@ static void *root_main(void *arg)
     int *pfd_rank = NULL;
     size_t pfds_cap = 0;
 
-    if (acceptor_init(&a, r->listen_fd, r->secret, r->name, BS_ROOT_MAX_PENDING, root_on_hello, r) != PLAIT_SUCCESS) {
+    if (acceptor_init(&a, r->listen_fd, r->secret, r->name, root_on_hello, r) != PLAIT_SUCCESS) {
         PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: %s", r->name, plait_last_error_get());
         goto out;
     }
     r->deadline = plait_deadline(r->timeout_s);
     while (!(r->nranks > 0 && r->registered == r->nranks)) {
         if (plait_deadline_passed(r->deadline)) {
-            root_give_up(r, BS_STATUS_TIMEOUT);
+            if (r->dup_rank >= 0)
+                PLAIT_INFO(PLAIT_SUBSYS_BOOTSTRAP, "%s: no rank came for %.1f s after the duplicate rank %d; exiting",
+                           r->name, r->timeout_s, r->dup_rank);
+            else
+                root_give_up(r, BS_STATUS_TIMEOUT);
             goto out;
         }
-        if (__atomic_load_n(&r->ctl->stop, __ATOMIC_ACQUIRE)) {
-            root_give_up(r, BS_STATUS_STOPPED);
+        /* After a duplicate, rank 0 has failed (which stops a root it started)
+         * but ranks still to come must hear why at once, not wait out their
+         * deadline against a closed port: keep telling them until the root's
+         * own deadline. */
+        if (__atomic_load_n(&r->ctl->stop, __ATOMIC_ACQUIRE) && !(r->dup_rank >= 0 && r->timeout_s > 0)) {
+            if (r->dup_rank < 0)
+                root_give_up(r, BS_STATUS_STOPPED);
             goto out;
         }
         size_t need = 1 + (size_t)a.max + (size_t)r->nranks;
@@ -813,7 +991,7 @@ static void *root_main(void *arg)
             pfd_rank[n] = i;
             pfds[n++] = (struct pollfd){.fd = r->fds[i], .events = POLLIN};
         }
-        if (poll(pfds, n, BS_SLICE_MS) < 0 && errno != EINTR) {
+        if (poll(pfds, n, acceptor_poll_ms(&a, BS_SLICE_MS)) < 0 && errno != EINTR) {
             PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP, "%s: poll: %s", r->name, strerror(errno));
             goto out;
         }
@@ -866,6 +1044,7 @@ static plait_result_t root_spawn(int listen_fd, const union plait_sockaddr *addr
     memcpy(r->secret, secret, PLAIT_SECRET_BYTES);
     r->nonce = nonce;
     r->timeout_s = timeout_s;
+    r->dup_rank = -1;
     plait_sockaddr_str(addr, addr_str, sizeof(addr_str));
     snprintf(r->name, sizeof(r->name), "bootstrap root %s", addr_str);
 
@@ -1036,6 +1215,10 @@ static plait_result_t bs_register(struct plait_bootstrap *bs, const struct plait
     status = plait_sock_send_all(root_fd, msg, BS_HELLO_BYTES, deadline, bs->abort_flag);
     if (status == PLAIT_SUCCESS)
         status = plait_sock_recv_all(root_fd, msg, BS_REPLY_BYTES, deadline, bs->abort_flag);
+    /* A duplicate's reply carries both registrations' addresses after it. */
+    uint8_t dup[BS_DUP_BYTES];
+    if (status == PLAIT_SUCCESS && get_u32(msg) == BS_REPLY_MAGIC && get_u32(msg + 4) == BS_STATUS_DUPLICATE_RANK)
+        status = plait_sock_recv_all(root_fd, dup, sizeof(dup), deadline, bs->abort_flag);
     if (status != PLAIT_SUCCESS) {
         plait_error_context(status, "waiting for the other ranks at the bootstrap root %s", root_str);
         goto err_close_listen;
@@ -1068,10 +1251,23 @@ static plait_result_t bs_register(struct plait_bootstrap *bs, const struct plait
                              bs_status_str(reply_status), detail, root_nranks);
         goto err_close_listen;
     }
+    if (reply_status == BS_STATUS_DUPLICATE_RANK) {
+        char first[PLAIT_SOCKADDR_STRLEN] = "?", second[PLAIT_SOCKADDR_STRLEN] = "?";
+        union plait_sockaddr a;
+        if (addr_get(dup, &a))
+            plait_sockaddr_str(&a, first, sizeof(first));
+        if (addr_get(dup + BS_ADDR_BYTES, &a))
+            plait_sockaddr_str(&a, second, sizeof(second));
+        status = plait_error(PLAIT_ERR_INVALID_USAGE,
+                             "bootstrap root %s: rank %u of %u was registered twice, from %s and then from %s (a "
+                             "forged registration, or two processes launched as one rank): the job cannot form "
+                             "(this is rank %d)",
+                             root_str, detail, root_nranks, first, second, bs->rank);
+        goto err_close_listen;
+    }
     if (reply_status != BS_STATUS_OK) {
-        status = plait_error(reply_status == BS_STATUS_DUPLICATE_RANK ? PLAIT_ERR_INVALID_USAGE : PLAIT_ERR_INTERNAL,
-                             "bootstrap root %s rejected rank %d of %d: %s", root_str, bs->rank, bs->nranks,
-                             bs_status_str(reply_status));
+        status = plait_error(PLAIT_ERR_INTERNAL, "bootstrap root %s rejected rank %d of %d: %s", root_str, bs->rank,
+                             bs->nranks, bs_status_str(reply_status));
         goto err_close_listen;
     }
     if (root_nranks != (uint32_t)bs->nranks) {
@@ -1130,7 +1326,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
     int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank + bs->nranks - 1) % bs->nranks;
     struct bs_acceptor a;
     struct bs_conn client;
-    struct pollfd pfds[1 + 1 + BS_RANK_MAX_PENDING];
+    struct pollfd pfds[1 + 1 + BS_MAX_PENDING];
     uint8_t hello[BS_HELLO_BYTES];
     char who[64];
     plait_result_t status;
@@ -1138,7 +1334,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
 
     plait_sockaddr_str(succ, bs->next_str, sizeof(bs->next_str));
     snprintf(who, sizeof(who), "bootstrap rank %d", bs->rank);
-    status = acceptor_init(&a, listen_fd, bs->secret, who, BS_RANK_MAX_PENDING, ring_on_hello, bs);
+    status = acceptor_init(&a, listen_fd, bs->secret, who, ring_on_hello, bs);
     if (status != PLAIT_SUCCESS)
         return status;
     /* The successor's listener has been up since before it registered, so the
@@ -1173,7 +1369,7 @@ static plait_result_t bs_ring_connect(struct plait_bootstrap *bs, int listen_fd,
         }
         nfds_t nconn = acceptor_fill(&a, pfds + 1, bs->prev_fd < 0);
         pfds[0] = (struct pollfd){.fd = is_client_done ? -1 : next_fd, .events = conn_events(&client)};
-        int ms = BS_SLICE_MS;
+        int ms = acceptor_poll_ms(&a, BS_SLICE_MS);
         if (deadline > 0 && (deadline - plait_now()) * 1e3 < ms)
             ms = (int)((deadline - plait_now()) * 1e3) + 1;
         if (poll(pfds, 1 + nconn, ms < 0 ? 0 : ms) < 0 && errno != EINTR) {
@@ -1207,6 +1403,16 @@ err_fini:
     return status;
 }
 
+void plait_bootstrap_warn_unauthenticated(const char *where)
+{
+    static int has_warned;
+    if (__atomic_exchange_n(&has_warned, 1, __ATOMIC_ACQ_REL))
+        return;
+    plait_log_always("%s: the bootstrap is unauthenticated (neither PLAIT_SECRET nor PLAIT_SECRET_FILE is set): "
+                     "anyone who can reach it can join or disrupt the job",
+                     where);
+}
+
 plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int nranks,
                                     const struct plait_bootstrap_opts *opts, struct plait_bootstrap **bs_out)
 {
@@ -1235,6 +1441,13 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
     if (uid.root.sa.sa_family != AF_INET && uid.root.sa.sa_family != AF_INET6)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_bootstrap_init: the unique id holds no root address");
 
+    if (!uid.is_authenticated) {
+        char root_str[PLAIT_SOCKADDR_STRLEN], where[PLAIT_SOCKADDR_STRLEN + 32];
+        plait_sockaddr_str(&uid.root, root_str, sizeof(root_str));
+        snprintf(where, sizeof(where), "bootstrap root %s", root_str);
+        plait_bootstrap_warn_unauthenticated(where);
+    }
+
     double deadline = plait_deadline(opts->timeout_s);
     struct plait_bootstrap *bs = calloc(1, sizeof(*bs));
     if (!bs)
@@ -1243,6 +1456,8 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
     bs->nranks = nranks;
     bs->next_fd = -1;
     bs->prev_fd = -1;
+    bs->heard_culprit = -1;
+    bs->heard_from = -1;
     bs->nonce = uid.nonce;
     bs->is_authenticated = uid.is_authenticated;
     bs->timeout_s = opts->timeout_s;
@@ -1317,6 +1532,7 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
                            "bootstrap %s on rank %d: the setup ring is unusable after an earlier failure", op_name,
                            bs->rank);
     uint32_t seq = ++bs->seq;
+    __atomic_store_n(&bs->in_op, 1, __ATOMIC_SEQ_CST);
     for (int step = 0; step < n - 1; step++) {
         uint8_t out[BS_STEP_BYTES], in[BS_STEP_BYTES];
         put_u32(out, BS_STEP_MAGIC);
@@ -1330,6 +1546,11 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
             goto err_broken;
         uint32_t magic = get_u32(in), in_op = get_u32(in + 4), in_seq = get_u32(in + 8), in_step = get_u32(in + 12);
         uint64_t in_size = get_u64(in + 16);
+        if (magic == BS_NOTICE_MAGIC) {
+            status = plait_error(PLAIT_ERR_REMOTE, "rank %u died (as predecessor rank %d (%s) reported)",
+                                 get_u32(in + 4), prev, bs->prev_str);
+            goto err_broken;
+        }
         if (magic != BS_STEP_MAGIC || in_step != (uint32_t)step) {
             status = plait_error(PLAIT_ERR_INTERNAL, "predecessor rank %d (%s) broke the protocol", prev,
                                  bs->prev_str);
@@ -1353,9 +1574,11 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
                 goto err_broken;
         }
     }
+    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
     return PLAIT_SUCCESS;
 
 err_broken:
+    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
     bs->is_broken = 1;
     return plait_error_context(status, "bootstrap %s #%u on rank %d of %d (next %s, prev %s)", op_name, seq, bs->rank,
                                n, bs->next_str, bs->prev_str);
@@ -1404,6 +1627,94 @@ int plait_bootstrap_next_fd(const struct plait_bootstrap *bs)
 int plait_bootstrap_prev_fd(const struct plait_bootstrap *bs)
 {
     return bs ? bs->prev_fd : -1;
+}
+
+/* ---------------------------------------------------------------- death notices
+ *
+ * The setup ring stays connected for the communicator's life, so it tells the
+ * ranks who failed first, whatever carries their data (shared memory, sockets,
+ * any net provider). A rank whose operation fails because a peer died sends
+ * one notice naming the dead rank on both ring connections, before it returns
+ * the error (and so before it can exit and close them). A rank that reads a
+ * notice fails its own wait naming that rank, and sends its own notice on in
+ * turn, so the news walks the ring both ways past the hole the dead rank left.
+ *
+ * The ring also tells a death from a report: TCP delivers a connection's bytes
+ * before its end, so a neighbour's connection that ends without a notice
+ * first belongs to a process that died (or left without reporting any
+ * failure), and one that ends after a notice to a survivor that merely saw
+ * someone else die. */
+
+static void notice_read(struct plait_bootstrap *bs, int link, int fd, int from)
+{
+    uint8_t msg[BS_STEP_BYTES];
+    while (fd >= 0 && !bs->link_closed[link]) {
+        ssize_t n = recv(fd, msg, sizeof(msg), MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            bs->link_closed[link] = 1; /* EOF, or reset: the neighbour's end is gone */
+            return;
+        }
+        /* Nothing yet, part of a notice, or a ring step (which only a ring
+         * operation reads). */
+        if (n < (ssize_t)sizeof(msg) || get_u32(msg) != BS_NOTICE_MAGIC)
+            return;
+        if (recv(fd, msg, sizeof(msg), MSG_DONTWAIT) != (ssize_t)sizeof(msg))
+            return;
+        bs->link_noticed[link] = 1;
+        const uint32_t culprit = get_u32(msg + 4);
+        /* Checked: a notice naming no rank, the sender or this rank is ignored. */
+        if (bs->heard_culprit < 0 && culprit < (uint32_t)bs->nranks && (int)culprit != bs->rank &&
+            (int)culprit != from) {
+            bs->heard_culprit = (int)culprit;
+            bs->heard_from = from;
+        }
+    }
+}
+
+void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit)
+{
+    if (!bs || bs->nranks < 2 || culprit < 0 || culprit >= bs->nranks || culprit == bs->rank)
+        return;
+    if (__atomic_exchange_n(&bs->has_notified, 1, __ATOMIC_ACQ_REL))
+        return;
+    uint8_t msg[BS_STEP_BYTES];
+    memset(msg, 0, sizeof(msg));
+    put_u32(msg, BS_NOTICE_MAGIC);
+    put_u32(msg + 4, (uint32_t)culprit);
+    /* 24 bytes into a connection that carries nothing else by now: they fit
+     * in the socket buffer; a dead neighbour's connection just fails. */
+    const int fds[2] = {bs->next_fd, bs->prev_fd};
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            (void)send(fds[i], msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out)
+{
+    if (!bs || bs->nranks < 2)
+        return 0;
+    const int n = bs->nranks;
+    notice_read(bs, 0, bs->next_fd, (bs->rank + 1) % n);
+    if (!__atomic_load_n(&bs->in_op, __ATOMIC_SEQ_CST))
+        notice_read(bs, 1, bs->prev_fd, (bs->rank + n - 1) % n);
+    if (bs->heard_culprit < 0)
+        return 0;
+    *culprit_out = bs->heard_culprit;
+    *from_out = bs->heard_from;
+    return 1;
+}
+
+int plait_bootstrap_neighbour_died(const struct plait_bootstrap *bs, int rank)
+{
+    if (!bs || bs->nranks < 2)
+        return 0;
+    const int n = bs->nranks;
+    int died = 0;
+    if (rank == (bs->rank + 1) % n)
+        died |= bs->link_closed[0] && !bs->link_noticed[0];
+    if (rank == (bs->rank + n - 1) % n)
+        died |= bs->link_closed[1] && !bs->link_noticed[1];
+    return died;
 }
 
 void plait_bootstrap_close(struct plait_bootstrap *bs)

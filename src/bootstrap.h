@@ -59,6 +59,13 @@ plait_result_t plait_bootstrap_create_root(const char *ifname_spec, const union 
 void plait_bootstrap_uid_from_addr(const union plait_sockaddr *root, const uint8_t *secret,
                                    plait_unique_id_t *id_out);
 
+/* Warns on stderr, whatever PLAIT_DEBUG, that this process joins (or serves)
+ * a bootstrap without a secret, where anyone who can reach it can join or
+ * disrupt the job; `where` names the bootstrap (e.g. "PLAIT_COMM_ID=h:p"). Only
+ * the first call in a process prints; plait_bootstrap_init calls it for every
+ * unauthenticated id. Thread-safe. */
+void plait_bootstrap_warn_unauthenticated(const char *where);
+
 /* Joins the communicator: rank of nranks, through the root named in id. When
  * opts->start_root and rank == 0, starts the root listening on id's address
  * first (other ranks retry their connection until it is up). Blocks until the
@@ -71,7 +78,8 @@ void plait_bootstrap_uid_from_addr(const union plait_sockaddr *root, const uint8
  * Failures: PLAIT_ERR_INVALID_ARGUMENT (NULL, rank/nranks out of range, not a
  * valid id); PLAIT_ERR_TIMEOUT (some rank never came; the root reports how many
  * did); PLAIT_ERR_REMOTE (authentication failed, a peer vanished, or "aborted");
- * PLAIT_ERR_INVALID_USAGE (ranks disagree on nranks, or two claim one rank);
+ * PLAIT_ERR_INVALID_USAGE (ranks disagree on nranks; or two registrations claim
+ * one rank, which fails every rank of the job at once, naming both addresses);
  * PLAIT_ERR_SYSTEM. *bs_out is written only on success. */
 plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int nranks,
                                     const struct plait_bootstrap_opts *opts, struct plait_bootstrap **bs_out);
@@ -96,6 +104,25 @@ int plait_bootstrap_is_authenticated(const struct plait_bootstrap *bs);
  * checks: a dead neighbour closes them. -1 when nranks == 1. */
 int plait_bootstrap_next_fd(const struct plait_bootstrap *bs);
 int plait_bootstrap_prev_fd(const struct plait_bootstrap *bs);
+
+/* Death notices on the setup ring (see bootstrap.c): once the communicator is
+ * up, a rank whose operation failed because `culprit` died tells its ring
+ * neighbours, which tell theirs when they fail in turn, so that every rank
+ * names the first failed rank whatever transport showed it the failure.
+ *
+ * notify_death: sends the notice (the first call only; later ones do nothing).
+ * Non-blocking; a neighbour that is gone is skipped. Call it before returning
+ * the error, so that the notice precedes this rank's exit.
+ * poll_notices: reads what notices have arrived, without blocking (not the
+ * predecessor's connection while a ring allgather or barrier runs); returns 1
+ * and the rank the first one named, and the neighbour it came from, else 0.
+ * neighbour_died: whether `rank` is a ring neighbour whose connection has
+ * ended (as seen by poll_notices) with no notice first: that process died, or
+ * left without reporting a failure.
+ * One thread at a time per bootstrap for the three (the waiting thread). */
+void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit);
+int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out);
+int plait_bootstrap_neighbour_died(const struct plait_bootstrap *bs, int rank);
 
 /* Closes sockets and frees. NULL is a no-op. */
 void plait_bootstrap_close(struct plait_bootstrap *bs);

@@ -18,6 +18,7 @@
 #include "bootstrap.h"
 #include "cuda/cu.h"
 #include "cuda/cuda.h"
+#include "handle.h"
 #include "log.h"
 #include "socket.h"
 #include "tuner.h"
@@ -62,7 +63,8 @@ plait_result_t plait_get_version(int *version)
 
 const char *plait_get_last_error(plait_comm_t comm)
 {
-    if (comm && plait_comm_is_live(comm)) {
+    /* Any pointer may be passed (the unwritten handle of a failed init). */
+    if (plait_handle_live(PLAIT_HANDLE_COMM, comm) && plait_comm_is_live(comm)) {
         pthread_mutex_lock(&comm->async_lock);
         int has = comm->async_error != PLAIT_SUCCESS && comm->async_error != PLAIT_IN_PROGRESS;
         pthread_mutex_unlock(&comm->async_lock);
@@ -115,6 +117,13 @@ static void locks_postfork_child(void)
 static void register_atfork(void)
 {
     pthread_atfork(locks_prefork, locks_postfork, locks_postfork_child);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+void plait_fork_hooks(void)
+{
+    pthread_once(&atfork_once, register_atfork);
 }
 
 pid_t plait_self_pid(void)
@@ -194,12 +203,29 @@ void plait_comm_async_msg(struct plait_comm *comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->async_lock);
 }
 
-plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
+plait_result_t plait_comm_handle_error(struct plait_comm *comm, const char *fn)
 {
     if (!comm)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is not a live communicator (destroyed?)", fn);
+    /* The registry first: nothing is read through a handle it does not hold. */
+    if (!plait_handle_live(PLAIT_HANDLE_COMM, comm)) {
+        if (plait_handle_live(PLAIT_HANDLE_COMM_ABORTED, comm))
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                               "%s: comm %p was aborted (plait_comm_abort frees the communicator)", fn, (void *)comm);
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: comm %p is not a live communicator (destroyed, or never made by plait_comm_init_*)",
+                           fn, (void *)comm);
+    }
+    /* An abort on another thread flips the magic before it leaves the registry. */
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm %p is being aborted (plait_comm_abort)", fn,
+                       (void *)comm);
+}
+
+plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
+{
+    plait_result_t status = plait_comm_check_handle(comm, fn);
+    if (status)
+        return status;
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE))
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "%s: the communicator is still initializing (poll plait_comm_get_async_error)", fn);
@@ -244,6 +270,10 @@ void plait_comm_check_peers(struct plait_comm *comm)
         struct pollfd pfd = {.fd = comm->pidfds[p], .events = POLLIN};
         if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
+        /* Kept after the pidfd goes: a wait that needs this peer (a FIFO slot,
+         * a small-message box) then fails at once. */
+        if (comm->peer_exited)
+            __atomic_store_n(&comm->peer_exited[p], 1, __ATOMIC_RELEASE);
         /* The process is gone: what it left in our FIFOs is still read; waiting
          * for more becomes an error. */
         for (int c = 0; c < comm->ncls; c++) {
@@ -282,15 +312,68 @@ void plait_comm_check_peers(struct plait_comm *comm)
             comm->dead_reporter = p;
         }
     }
+    /* Every rank, on any host: a notice on the bootstrap ring that a rank
+     * failed because another died. */
+    int culprit = -1, from = -1;
+    if (plait_bootstrap_poll_notices(comm->bs, &culprit, &from) && culprit != comm->rank &&
+        (comm->dead_peer < 0 || (comm->dead_peer == from && comm->dead_reporter < 0))) {
+        comm->dead_peer = culprit;
+        comm->dead_reporter = from;
+    }
 }
 
 void plait_comm_publish_death(struct plait_comm *comm, int peer)
 {
-    if (peer < 0 || peer >= comm->nranks || comm->my_ops == comm->local_ops)
+    if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
         return;
-    uint64_t none = 0;
-    __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
+    if (comm->my_ops != comm->local_ops) {
+        uint64_t none = 0;
+        __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+    }
+    plait_bootstrap_notify_death(comm->bs, peer);
+}
+
+/* Who failed first, when `peer` is gone: *reporter_out is the rank that said
+ * so, or -1 when this rank's own evidence decided. */
+static int blame(struct plait_comm *comm, int peer, int *reporter_out)
+{
+    *reporter_out = -1;
+    const double until = plait_deadline(PLAIT_BLAME_GRACE_S);
+    for (;;) {
+        plait_comm_check_peers(comm);
+        if (comm->dead_peer >= 0 && comm->dead_peer != comm->rank) {
+            if (comm->dead_peer != peer)
+                *reporter_out = comm->dead_reporter;
+            return comm->dead_peer;
+        }
+        /* A same-host peer whose header we read: check_peers has taken any
+         * death it reported. A neighbour on the ring whose connection ended
+         * with no notice: it died itself. */
+        if ((comm->peer_exited && comm->peer_exited[peer] && comm->peer_ops && comm->peer_ops[peer]) ||
+            plait_bootstrap_neighbour_died(comm->bs, peer))
+            return peer;
+        if (plait_deadline_passed(until))
+            return peer;
+        usleep(1000);
+    }
+}
+
+plait_result_t plait_comm_peer_gone(struct plait_comm *comm, int peer, const char *what)
+{
+    int reporter = -1;
+    const int culprit = blame(comm, peer, &reporter);
+    /* Before anything else (this rank may exit after returning the error):
+     * the ranks waiting on us must learn who really died. */
+    plait_comm_publish_death(comm, culprit);
+    char who[160], dead[160], by[48] = "";
+    plait_peer_str(comm, peer, who, sizeof(who));
+    if (culprit == peer)
+        return plait_error(PLAIT_ERR_REMOTE, "%s is gone (%s)", who, what);
+    if (reporter >= 0)
+        snprintf(by, sizeof(by), " (as rank %d found)", reporter);
+    return plait_error(PLAIT_ERR_REMOTE, "%s died%s; %s is gone with it (%s)",
+                       plait_peer_str(comm, culprit, dead, sizeof(dead)), by, who, what);
 }
 
 /* ------------------------------------------------------------ init */
@@ -323,6 +406,7 @@ static void comm_release(struct plait_comm *comm)
     plait_bootstrap_close(comm->bs);
     regs_free(comm);
     free(comm->pidfds);
+    free(comm->peer_exited);
     free(comm->peer_ops);
     free(comm->conns);
     free(comm->tp_of);
@@ -336,6 +420,7 @@ static void comm_release(struct plait_comm *comm)
     free(__atomic_exchange_n(&comm->scratch_cache, NULL, __ATOMIC_ACQ_REL));
     comm->bs = NULL;
     comm->pidfds = NULL;
+    comm->peer_exited = NULL;
     comm->peer_ops = NULL;
     comm->conns = NULL;
     comm->tp_of = NULL;
@@ -349,11 +434,12 @@ static void comm_free(struct plait_comm *comm)
     if (comm->internal_stream && comm->owner_pid == getpid())
         plait_stream_destroy(comm->internal_stream);
     comm->internal_stream = NULL;
+    plait_handle_remove(PLAIT_HANDLE_COMM, comm);
     comm_release(comm);
     plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
     comm->magic = 0;
-    free(comm);
+    plait_handle_retire(comm); /* its address is not given to the next communicator at once */
 }
 
 #define PLAIT_COMM_DEAD 0x646561642d636f6dull
@@ -369,15 +455,20 @@ static void graveyard_push(struct plait_comm *comm)
     double now = plait_now();
     __atomic_store_n(&comm->magic, PLAIT_COMM_DEAD, __ATOMIC_RELEASE);
     comm->dead_since = now;
+    /* Calls on it now say "aborted" (if the registry has no room for that,
+     * "not a live communicator"). */
+    plait_handle_add(PLAIT_HANDLE_COMM_ABORTED, comm);
+    plait_handle_remove(PLAIT_HANDLE_COMM, comm);
     pthread_mutex_lock(&grave_lock);
     struct plait_comm **pp = &graveyard;
     while (*pp) {
         struct plait_comm *g = *pp;
         if (now - g->dead_since > GRAVE_SECONDS) {
             *pp = g->grave_next;
+            plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
             plait_tuner_free(g);
             pthread_mutex_destroy(&g->async_lock);
-            free(g);
+            plait_handle_retire(g);
         } else {
             pp = &g->grave_next;
         }
@@ -389,8 +480,7 @@ static void graveyard_push(struct plait_comm *comm)
 
 static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t *config)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_atfork);
+    pthread_once(&atfork_once, register_atfork);
     struct plait_comm *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return NULL;
@@ -403,6 +493,10 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     comm->max_channels = 0;
     comm->my_ops = comm->local_ops;
     comm->owner_pid = getpid();
+    if (plait_handle_add(PLAIT_HANDLE_COMM, comm) != 0) {
+        free(comm);
+        return NULL;
+    }
     pthread_mutex_init(&comm->async_lock, NULL);
     if (config) {
         if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
@@ -482,9 +576,11 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     comm->conns = calloc((size_t)n * (size_t)comm->ncls, sizeof(*comm->conns));
     comm->tp_of = calloc((size_t)n, 1);
     comm->pidfds = malloc(sizeof(int) * (size_t)n);
+    comm->peer_exited = calloc((size_t)n, 1);
     comm->peer_ops = calloc((size_t)n, sizeof(*comm->peer_ops));
     comm->host_of = calloc((size_t)n * 2, sizeof(int32_t));
-    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_ops || !comm->host_of) {
+    if (!cards || !comm->ranks || !comm->conns || !comm->tp_of || !comm->pidfds || !comm->peer_exited ||
+        !comm->peer_ops || !comm->host_of) {
         status = plait_error(PLAIT_ERR_SYSTEM, "init: out of memory for %d ranks", n);
         goto out;
     }
@@ -737,10 +833,11 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id)
         int has_secret = 0;
         if ((status = plait_env_secret(secret, &has_secret)))
             return status;
-        if (!has_secret)
-            PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
-                       "PLAIT_COMM_ID=%s without PLAIT_SECRET or PLAIT_SECRET_FILE: the bootstrap is unauthenticated",
-                       fixed);
+        if (!has_secret) {
+            char where[320];
+            snprintf(where, sizeof(where), "PLAIT_COMM_ID=%s", fixed);
+            plait_bootstrap_warn_unauthenticated(where);
+        }
         plait_bootstrap_uid_from_addr(&a, has_secret ? secret : NULL, id);
         return PLAIT_SUCCESS;
     }
@@ -930,8 +1027,9 @@ static void wait_init(struct plait_comm *comm)
 
 plait_result_t plait_comm_finalize(plait_comm_t comm)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_finalize: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_finalize");
+    if (hs)
+        return hs;
     if (comm->owner_pid != getpid())
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "plait_comm_finalize: the communicator belongs to process %d; a forked child can only "
@@ -956,8 +1054,9 @@ plait_result_t plait_comm_destroy(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_destroy: comm is not a live communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_destroy");
+    if (hs)
+        return hs;
     if (comm->owner_pid == getpid()) {
         wait_init(comm);
         if (comm->internal_stream) {
@@ -981,8 +1080,9 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 {
     if (!comm)
         return PLAIT_SUCCESS;
-    if (!plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_abort: comm is not a live communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_abort");
+    if (hs)
+        return hs;
     /* Sequentially consistent, paired with the executor's increment of busy
      * followed by its load of the flag: either the executor sees the flag and
      * touches nothing, or we see it busy and wait. Every wait polls the flag at
@@ -1008,8 +1108,9 @@ plait_result_t plait_comm_abort(plait_comm_t comm)
 
 plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *async_error_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_get_async_error");
+    if (hs)
+        return hs;
     if (!async_error_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_get_async_error: async_error_out is NULL");
     plait_cuda_poll_error(comm); /* a kernel's error becomes the async error */
@@ -1024,8 +1125,9 @@ plait_result_t plait_comm_get_async_error(plait_comm_t comm, plait_result_t *asy
 
 plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_count");
+    if (hs)
+        return hs;
     if (!count_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_count: count_out is NULL");
     *count_out = comm->nranks;
@@ -1034,8 +1136,9 @@ plait_result_t plait_comm_count(plait_comm_t comm, int *count_out)
 
 plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_rank");
+    if (hs)
+        return hs;
     if (!rank_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: rank_out is NULL");
     *rank_out = comm->rank;
@@ -1055,8 +1158,9 @@ struct plait_reg {
 
 plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_register");
+    if (hs)
+        return hs;
     if (!handle_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: handle_out is NULL");
     if (!buff && size > 0)
@@ -1088,20 +1192,23 @@ static void regs_free(struct plait_comm *comm)
 
 plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_deregister: comm is NULL or not a communicator");
-    struct plait_reg *reg = handle;
-    if (!reg || reg->magic != PLAIT_REG_MAGIC || reg->comm != comm)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "plait_comm_deregister: handle was not returned by plait_comm_register on this comm");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_deregister");
+    if (hs)
+        return hs;
+    /* The communicator's list is the registry of its registrations: a handle
+     * is looked for there before anything is read through it. */
     for (struct plait_reg **pp = &comm->regs; *pp; pp = &(*pp)->next)
-        if (*pp == reg) {
+        if (*pp == handle) {
+            struct plait_reg *reg = *pp;
             *pp = reg->next;
-            break;
+            reg->magic = 0;
+            plait_handle_retire(reg);
+            return PLAIT_SUCCESS;
         }
-    reg->magic = 0;
-    free(reg);
-    return PLAIT_SUCCESS;
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                       "plait_comm_deregister: handle %p is not a live registration of this comm (not returned by "
+                       "plait_comm_register on it, or deregistered already)",
+                       handle);
 }
 
 /* ------------------------------------------------------------ premultiplied sum */
@@ -1141,8 +1248,9 @@ plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar,
 
 plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm)
 {
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: comm is NULL or not a communicator");
+    plait_result_t hs = plait_comm_check_handle(comm, "plait_redop_destroy");
+    if (hs)
+        return hs;
     int i = (int)op - PLAIT_NUM_OPS;
     if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: op %d was not created on this comm",

@@ -9,6 +9,7 @@
 
 #include "plait.h"
 #include "env.h"
+#include "handle.h"
 #include "reduce.h"
 #include "../algorithms/schedule.h"
 #include "../transports/transport.h"
@@ -69,9 +70,12 @@ struct plait_comm {
     uint8_t *tp_of;         /* transport id per peer */
     void *tp_state[PLAIT_TP_COUNT];
     int *pidfds;            /* per peer: pidfd of a same-host process, else -1 */
+    uint8_t *peer_exited;   /* per peer: its process is known gone (its pidfd fired) */
     /* Operation counters {issued, completed}: ours are published where same-host
      * peers can read them (the shm segment's header), so that a peer that died
-     * with issued > completed is known to have crashed mid-operation. */
+     * with issued > completed is known to have crashed mid-operation. An
+     * operation that returned an error counts as completed: the rank did not
+     * crash in it. */
     uint64_t local_ops[3];  /* {issued, completed, culprit + 1}: see PLAIT_OPS_* */
     uint64_t *my_ops;
     const uint64_t **peer_ops;
@@ -180,18 +184,36 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
  * bytes); *has_secret = 0 when neither is set. */
 plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
 
-/* getpid(), cached (valid once a communicator exists: the cache is cleared in
- * a forked child by the atfork handler that comm_alloc registers). */
+/* getpid(), cached (the cache is cleared in a forked child by the atfork
+ * handler plait_fork_hooks registers: call that first, as comm_alloc, stream
+ * and event creation do, before a pid is cached). */
+void plait_fork_hooks(void);
 pid_t plait_self_pid(void);
 
-/* Validation helper shared by the API entry points. */
+/* Validation shared by the API entry points. plait_comm_check_handle: comm is
+ * a live communicator (the handle registry, src/handle.h: a NULL, destroyed,
+ * aborted or garbage handle is PLAIT_ERR_INVALID_ARGUMENT naming it, and
+ * nothing is read through it). plait_comm_check: that, and usable for work
+ * now (initialized, not in error, not finalized or aborted, this process's). */
 plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn);
 
 /* Whether comm is a live communicator (not destroyed, not aborted). The magic
- * is read atomically: an abort on another thread rewrites it. */
+ * is read atomically: an abort on another thread rewrites it. Only for a
+ * handle the registry holds. */
 static inline int plait_comm_is_live(const struct plait_comm *comm)
 {
     return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE) == PLAIT_COMM_MAGIC;
+}
+
+/* The failure of plait_comm_check_handle, out of line: which of NULL,
+ * destroyed, aborted or garbage comm is. */
+plait_result_t plait_comm_handle_error(struct plait_comm *comm, const char *fn);
+
+static inline plait_result_t plait_comm_check_handle(struct plait_comm *comm, const char *fn)
+{
+    if (__builtin_expect(plait_handle_live(PLAIT_HANDLE_COMM, comm) && plait_comm_is_live(comm), 1))
+        return PLAIT_SUCCESS;
+    return plait_comm_handle_error(comm, fn);
 }
 
 /* Copies the asynchronous error message (under its lock). */
@@ -218,6 +240,15 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream);
 /* Streams: submit a list of ops to run in order on the stream's worker. */
 plait_result_t plait_stream_submit(plait_stream_t stream, struct plait_op *ops);
 plait_result_t plait_stream_create_internal(struct plait_comm *comm, plait_stream_t *out);
+/* A call's stream argument: PLAIT_SUCCESS for NULL or a live stream of this
+ * process; PLAIT_ERR_INVALID_ARGUMENT naming it for a destroyed or garbage
+ * one (nothing is read through it), PLAIT_ERR_INVALID_USAGE for a stream a
+ * forked child inherited. */
+plait_result_t plait_stream_check_live(plait_stream_t stream, const char *fn);
+static inline plait_result_t plait_stream_check(plait_stream_t stream, const char *fn)
+{
+    return stream ? plait_stream_check_live(stream, fn) : PLAIT_SUCCESS;
+}
 int plait_stream_busy(plait_stream_t stream);
 /* Whether `stream` wraps a CUDA stream (plait_stream_from_cuda); if so, and
  * cu_stream_out is not NULL, *cu_stream_out is that CUDA stream. NULL: 0. */
@@ -236,9 +267,35 @@ void plait_comm_check_peers(struct plait_comm *comm);
  * PLAIT_SUCCESS. The caller adds which operation waited. */
 plait_result_t plait_comm_check_waiting(struct plait_comm *comm);
 
-/* Publishes that `peer` died under one of our operations, so that same-host
- * ranks waiting on us (not on it) name the rank that really died. */
+/* Publishes that `peer` died under one of our operations, so that ranks
+ * waiting on us (not on it) name the rank that really died: in our shm header
+ * for same-host ranks, and as a notice on the bootstrap ring for every rank. */
 void plait_comm_publish_death(struct plait_comm *comm, int peer);
+
+/* The error of a wait that cannot complete because `peer` is gone (its
+ * connection closed, its process exited): names the rank that failed first,
+ * which is `peer` itself unless it only saw another rank die. Where `peer`'s
+ * own report can be read at once (same host, through shared memory) that
+ * decides; otherwise the bootstrap ring does (a notice, or the neighbour's
+ * connection ending without one), waited for up to PLAIT_BLAME_GRACE_S.
+ * Publishes the death (plait_comm_publish_death) before it returns.
+ * `what` says what the rank waited for. Returns PLAIT_ERR_REMOTE. */
+plait_result_t plait_comm_peer_gone(struct plait_comm *comm, int peer, const char *what);
+#define PLAIT_BLAME_GRACE_S 0.5
+
+/* What a timed-out operation was waiting for, for its message: the peers and,
+ * for each, what did not come (a static string). */
+#define PLAIT_WAITS_MAX 8
+struct plait_waits {
+    int n;
+    int peer[PLAIT_WAITS_MAX];
+    const char *what[PLAIT_WAITS_MAX];
+};
+/* Adds (peer, what) unless it is there already or the list is full. */
+void plait_waits_add(struct plait_waits *w, int peer, const char *what);
+/* The PLAIT_ERR_TIMEOUT of op after timeout_s, naming the peers in w (the
+ * executor and the small-message path build it the same way). */
+plait_result_t plait_timeout_error(const struct plait_op *op, double timeout_s, const struct plait_waits *w);
 
 #define PLAIT_OPS_ISSUED 0
 #define PLAIT_OPS_COMPLETED 1

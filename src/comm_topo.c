@@ -33,7 +33,7 @@ plait_result_t plait_comm_topo_describe(struct plait_comm *comm, struct plait_ra
 }
 
 /* The graph node a local rank's device is: its NUMA node's cpu node (CPU
- * ranks; GPU ranks will name their GPU when the CUDA backend describes it). */
+ * ranks; GPU ranks too, until the CUDA backend describes its device here). */
 static int device_node(const struct plait_topo *topo, const struct plait_rank_info *info)
 {
     int n = info->numa >= 0 ? plait_topo_nth(topo, PLAIT_TOPO_CPU, info->numa) : -1;

@@ -28,13 +28,58 @@ static plait_result_t check_buf(const void *p, size_t count, const char *what, c
     return PLAIT_SUCCESS;
 }
 
-/* count * esize * mult must fit in size_t (and in the 64-bit offsets). */
+/* Where a buffer must end. On these 64-bit Linux targets user space is the
+ * lower half of the address space (x86-64: below 2^47, or 2^56 with 5-level
+ * paging; AArch64 below 2^52; POWER, RISC-V and LoongArch below 2^63), and
+ * CUDA's unified addresses (device memory) are user addresses too: a range
+ * that reaches past 2^63 is no buffer. Elsewhere only a range that wraps
+ * past the end of the address space is refused. */
+#if UINTPTR_MAX > 0xffffffffu && (defined(__x86_64__) || defined(__aarch64__) || defined(__powerpc64__) ||            \
+                                  (defined(__riscv) && __riscv_xlen == 64) || defined(__loongarch64))
+#define BUF_END ((uintptr_t)1 << 63)
+#else
+#define BUF_END UINTPTR_MAX
+#endif
+
+/* The most bytes a buffer can have: it ends by BUF_END and starts above the
+ * first page (never mapped); and pointer differences within it fit. */
+#define BUF_MAX_BYTES                                                                                              \
+    ((size_t)(BUF_END - 4096) < (size_t)PTRDIFF_MAX ? (size_t)(BUF_END - 4096) : (size_t)PTRDIFF_MAX)
+
+/* count * esize * mult (mult: the ranks' blocks of the call's largest
+ * buffer) must fit in size_t and be a size some buffer can have. It depends
+ * on the arguments every rank passes alike, so every rank refuses the same
+ * call: a rank whose own buffers would pass cannot start a collective that
+ * another rank (a root whose buffer is nranks blocks) refuses. */
 static plait_result_t check_size(size_t count, size_t esize, size_t mult, const char *fn)
 {
     size_t a, b;
-    if (plait_mul_overflows(count, esize, &a) || plait_mul_overflows(a, mult, &b) || b > (SIZE_MAX >> 1))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: count %zu x %zu bytes x %zu ranks overflows", fn, count,
-                           esize, mult);
+    if (plait_mul_overflows(count, esize, &a) || plait_mul_overflows(a, mult, &b))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: count %zu x %zu bytes x %zu ranks overflows size_t", fn,
+                           count, esize, mult);
+    if (b > BUF_MAX_BYTES)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: count %zu x %zu bytes x %zu ranks is %zu bytes: no buffer is that large (at most %zu)",
+                           fn, count, esize, mult, b, (size_t)BUF_MAX_BYTES);
+    return PLAIT_SUCCESS;
+}
+
+/* A buffer the call uses, of count * esize * blocks bytes (blocks: the
+ * ranks' blocks of a gathered or scattered buffer), after check_size
+ * bounded that product by BUF_MAX_BYTES: [p, p + bytes) must lie in the
+ * address space, or the count cannot be this buffer's (the reduction would
+ * run off the end of memory). */
+static plait_result_t check_range(const void *p, size_t count, size_t esize, size_t blocks, const char *what,
+                                  const char *fn)
+{
+    if (!p || count == 0)
+        return PLAIT_SUCCESS;
+    const size_t bytes = count * esize * blocks;
+    if ((uintptr_t)p > BUF_END - bytes)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: count %zu (%zu bytes of %s %p) runs past the end of the address space: no buffer is "
+                           "that large",
+                           fn, count, bytes, what, p);
     return PLAIT_SUCCESS;
 }
 
@@ -399,8 +444,11 @@ plait_result_t plait_allreduce(const void *sendbuff, void *recvbuff, size_t coun
     static const char fn[] = "plait_allreduce";
     plait_result_t s;
     struct plait_red red;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
-        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+        (s = check_range(sendbuff, count, plait_dtype_size(datatype), 1, "sendbuff", fn)) ||
+        (s = check_range(recvbuff, count, plait_dtype_size(datatype), 1, "recvbuff", fn)) ||
         (s = make_red(comm, datatype, op, &red, fn)))
         return s;
     return sched_op(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
@@ -411,10 +459,13 @@ plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t coun
 {
     static const char fn[] = "plait_broadcast";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
-        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, root, "root", fn)) || (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, es, 1, fn)) || (s = check_range(recvbuff, count, es, 1, "recvbuff", fn)))
         return s;
-    if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
+    if (comm->rank == root && ((s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)) ||
+                               (s = check_range(sendbuff, count, es, 1, "sendbuff", fn))))
         return s;
     return sched_op(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
@@ -425,11 +476,14 @@ plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, 
     static const char fn[] = "plait_reduce";
     plait_result_t s;
     struct plait_red red;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
-        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, root, "root", fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_size(count, es, 1, fn)) || (s = check_range(sendbuff, count, es, 1, "sendbuff", fn)) ||
         (s = make_red(comm, datatype, op, &red, fn)))
         return s;
-    if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
+    if (comm->rank == root && ((s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)) ||
+                               (s = check_range(recvbuff, count, es, 1, "recvbuff", fn))))
         return s;
     return sched_op(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
 }
@@ -439,9 +493,12 @@ plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t send
 {
     static const char fn[] = "plait_allgather";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) ||
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
         (s = check_buf(sendbuff, sendcount, "sendbuff", fn)) || (s = check_buf(recvbuff, sendcount, "recvbuff", fn)) ||
-        (s = check_size(sendcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+        (s = check_size(sendcount, es, (size_t)comm->nranks, fn)) ||
+        (s = check_range(sendbuff, sendcount, es, 1, "sendbuff", fn)) ||
+        (s = check_range(recvbuff, sendcount, es, (size_t)comm->nranks, "recvbuff", fn)))
         return s;
     return sched_op(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
 }
@@ -452,10 +509,12 @@ plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t 
     static const char fn[] = "plait_reducescatter";
     plait_result_t s;
     struct plait_red red;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) ||
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
         (s = check_buf(sendbuff, recvcount, "sendbuff", fn)) || (s = check_buf(recvbuff, recvcount, "recvbuff", fn)) ||
-        (s = check_size(recvcount, plait_dtype_size(datatype), (size_t)comm->nranks, fn)) ||
-        (s = make_red(comm, datatype, op, &red, fn)))
+        (s = check_size(recvcount, es, (size_t)comm->nranks, fn)) ||
+        (s = check_range(sendbuff, recvcount, es, (size_t)comm->nranks, "sendbuff", fn)) ||
+        (s = check_range(recvbuff, recvcount, es, 1, "recvbuff", fn)) || (s = make_red(comm, datatype, op, &red, fn)))
         return s;
     return sched_op(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
 }
@@ -464,7 +523,7 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
 {
     static const char fn[] = "plait_barrier";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)))
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)))
         return s;
     /* One byte that every rank's completion depends on, from every rank:
      * what a barrier promises (the dissemination pattern on one host, a
@@ -480,9 +539,12 @@ plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count
 {
     static const char fn[] = "plait_alltoall";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
-        (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
-        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, es, (size_t)comm->nranks, fn)) ||
+        (s = check_range(sendbuff, count, es, (size_t)comm->nranks, "sendbuff", fn)) ||
+        (s = check_range(recvbuff, count, es, (size_t)comm->nranks, "recvbuff", fn)))
         return s;
     if (count > 0 && sendbuff == recvbuff)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported (sendbuff == recvbuff)",
@@ -495,11 +557,13 @@ plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, 
 {
     static const char fn[] = "plait_gather";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
-        (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
-        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, root, "root", fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_size(count, es, (size_t)comm->nranks, fn)) || (s = check_range(sendbuff, count, es, 1, "sendbuff", fn)))
         return s;
-    if (comm->rank == root && (s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)))
+    if (comm->rank == root && ((s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)) ||
+                               (s = check_range(recvbuff, count, es, (size_t)comm->nranks, "recvbuff", fn))))
         return s;
     return sched_op(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
@@ -509,11 +573,13 @@ plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count,
 {
     static const char fn[] = "plait_scatter";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, root, "root", fn)) ||
-        (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
-        (s = check_size(count, plait_dtype_size(datatype), (size_t)comm->nranks, fn)))
+    const size_t es = plait_dtype_size(datatype);
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, root, "root", fn)) || (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, es, (size_t)comm->nranks, fn)) || (s = check_range(recvbuff, count, es, 1, "recvbuff", fn)))
         return s;
-    if (comm->rank == root && (s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)))
+    if (comm->rank == root && ((s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)) ||
+                               (s = check_range(sendbuff, count, es, (size_t)comm->nranks, "sendbuff", fn))))
         return s;
     return sched_op(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
@@ -523,8 +589,10 @@ plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t d
 {
     static const char fn[] = "plait_send";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
-        (s = check_buf(sendbuff, count, "sendbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, peer, "peer", fn)) || (s = check_buf(sendbuff, count, "sendbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+        (s = check_range(sendbuff, count, plait_dtype_size(datatype), 1, "sendbuff", fn)))
         return s;
     int on_device;
     void *cu_stream;
@@ -547,8 +615,10 @@ plait_result_t plait_recv(void *recvbuff, size_t count, plait_datatype_t datatyp
 {
     static const char fn[] = "plait_recv";
     plait_result_t s;
-    if ((s = plait_comm_check(comm, fn)) || (s = check_type(datatype, fn)) || (s = check_rank(comm, peer, "peer", fn)) ||
-        (s = check_buf(recvbuff, count, "recvbuff", fn)) || (s = check_size(count, plait_dtype_size(datatype), 1, fn)))
+    if ((s = plait_comm_check(comm, fn)) || (s = plait_stream_check(stream, fn)) || (s = check_type(datatype, fn)) ||
+        (s = check_rank(comm, peer, "peer", fn)) || (s = check_buf(recvbuff, count, "recvbuff", fn)) ||
+        (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
+        (s = check_range(recvbuff, count, plait_dtype_size(datatype), 1, "recvbuff", fn)))
         return s;
     int on_device;
     void *cu_stream;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "env.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,18 @@
 #include "log.h"
 
 const struct plait_env_var plait_env_table[] = {
-    {"PLAIT_DEBUG", "NCCL_DEBUG", "", "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error)."},
+    {"PLAIT_DEBUG", "NCCL_DEBUG", "",
+     "Log level: WARN, INFO or TRACE (unset: errors only in plait_get_last_error). Whatever the level, a process that "
+     "joins an unauthenticated bootstrap (no PLAIT_SECRET) says so once on stderr."},
     {"PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,TRANSPORT,ENV,GRAPH",
      "Comma-separated subsystems logged at INFO/TRACE: INIT, BOOTSTRAP, TRANSPORT (or NET), COLL, P2P, GROUP, "
      "STREAM, ENV, GRAPH (topology), TUNING (the tuner's choice for every call: algorithm, protocol, channels, "
      "chunk, predicted time and why), ALL; a leading ^ excludes."},
-    {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "", "Write the log to this file instead of stderr; %h = host name, %p = pid."},
+    {"PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
+     "Append the log to this file instead of stderr; %h = host name, %p = pid. A symbolic link's target, a FIFO, a "
+     "character device or /dev/stdout is written as such; one that cannot be opened (a FIFO nobody reads) gives one "
+     "WARN on stderr, which then takes the log. Opened once and kept open across inits (a FIFO's reader sees one "
+     "stream), reopened when the name changes or another file takes its place (a rotated log)."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
      "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
      "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
@@ -88,11 +95,14 @@ const struct plait_env_var plait_env_table[] = {
      "Load the machine's topology from this XML file (plait's format or NCCL's, docs/topology.md) instead of "
      "discovering it. A file that cannot be read or parsed fails init with the file, line and reason."},
     {"PLAIT_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE", "",
-     "Write the topology (plait's XML format) to this file, once per process, from a communicator's rank 0."},
+     "Write the topology (plait's XML format) to this file, once per process, from a communicator's rank 0. A "
+     "regular file is replaced whole (a temporary in its own directory renamed over it; its mode is kept), a symbolic "
+     "link's target is written and the link kept; /dev/stdout, a FIFO or a character device is written directly (a "
+     "FIFO nobody reads is an error at once). A failure is one WARN; init goes on."},
     {"PLAIT_SECRET", NULL, "",
      "Shared secret for the bootstrap's challenge-response (any string), used by plait_comm_init_from_env and by "
      "plait_get_unique_id under PLAIT_COMM_ID. Without it (or PLAIT_SECRET_FILE) such a bootstrap is "
-     "unauthenticated and a WARN says so. (Ids from plait_get_unique_id without PLAIT_COMM_ID carry a random "
+     "unauthenticated and every process says so once on stderr, whatever PLAIT_DEBUG. (Ids from plait_get_unique_id without PLAIT_COMM_ID carry a random "
      "secret.)"},
     {"PLAIT_SECRET_FILE", NULL, "", "A file whose contents are the secret (first 4096 bytes)."},
     {"PLAIT_PORT_OFFSET", NULL, "1",
@@ -114,13 +124,12 @@ const struct plait_env_var plait_env_table[] = {
      "The CUDA backend. auto: load the CUDA driver (libcuda.so.1, with dlopen) when a communicator is set up or a "
      "buffer is classified; without a driver or device, one INFO line says \"no CUDA device (why)\" and host buffers "
      "use the CPU backend. 1: the same, but that line is a WARN. 0: off (no driver loaded; every buffer is host "
-     "memory)."},
+     "memory). Another value fails init."},
     {"PLAIT_CUDA_LIBRARY", NULL, "libcuda.so.1",
      "The CUDA driver library to dlopen. Tests point it at the CUDA test double (libplait_cuda_double.so, "
      "tests/cuda_double.c), which plait then reports as a double, not a GPU."},
     {"PLAIT_KB_EMU_THREADS", NULL, "1",
-     "Tests only: threads per CTA when the CUDA test double runs the kernel's host emulation (2..64; other values: "
-     "1), so that the leader/worker split, the CTA barriers and per-thread LL polling of the kernel body run on a "
+     "Tests only: threads per CTA when the CUDA test double runs the kernel's host emulation (1..64), so that the leader/worker split, the CTA barriers and per-thread LL polling of the kernel body run on a "
      "CPU. No effect on a GPU."},
     {"PLAIT_CE_COLL", NULL, "auto",
      "Copy-engine (SM-free) all-gather and broadcast between ranks of one host on device buffers that lie in memory "
@@ -151,8 +160,8 @@ const struct plait_env_var plait_env_table[] = {
      "NCCL's network by name. \"Socket\" is what plait uses between hosts (TCP); any other name (IB, a plugin) gives "
      "one WARN and is ignored."},
     {"NCCL_P2P_DISABLE", NULL, "",
-     "Disables NCCL's GPU peer-to-peer transport (CUDA IPC, NVLink). plait has no GPU transport yet, so it is "
-     "always off: accepted, no effect."},
+     "Disables NCCL's GPU peer-to-peer transport (CUDA IPC, NVLink). Accepted, no effect: plait's CUDA backend uses "
+     "peer access and CUDA IPC between the devices of one host wherever they allow it, and this does not turn it off."},
     {"NCCL_SHM_DISABLE", NULL, "0",
      "1: ranks in different processes of one host talk over TCP instead of shared memory, as PLAIT_TRANSPORT=socket "
      "(which also covers threads of one process). PLAIT_TRANSPORT wins when set."},
@@ -181,42 +190,174 @@ const char *plait_env_get(const char *plait_name)
     return NULL;
 }
 
-static plait_result_t parse_long(const char *name, long lo, long hi, long deflt, long *out)
+const struct plait_env_number plait_env_numbers[] = {
+    {"PLAIT_TIMEOUT", PLAIT_ENV_SECONDS, 0, 0, 1e9},
+    {"PLAIT_COLL_TIMEOUT", PLAIT_ENV_SECONDS, 0, 0, 1e9},
+    {"PLAIT_NCHANNELS", PLAIT_ENV_INTEGER, 0, 1, 32},
+    {"PLAIT_NSLOTS", PLAIT_ENV_INTEGER, 0, 2, 64},
+    {"PLAIT_BUFFSIZE", PLAIT_ENV_BYTES, 0, 4096, 1 << 30},
+    {"PLAIT_CHUNK_SIZE", PLAIT_ENV_BYTES, 0, 64, 1 << 30},
+    {"PLAIT_SPIN_US", PLAIT_ENV_INTEGER, 1, 0, 1000000},
+    {"PLAIT_TREE_RADIX", PLAIT_ENV_INTEGER, 0, 2, 16},
+    {"PLAIT_MAX_CTAS", PLAIT_ENV_INTEGER, 0, 0, 64},
+    {"PLAIT_MIN_CTAS", PLAIT_ENV_INTEGER, 0, 0, 64},
+    {"PLAIT_RANK", PLAIT_ENV_INTEGER, 0, 0, (1 << 30) - 1},
+    {"PLAIT_NRANKS", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
+    {"PLAIT_PORT_OFFSET", PLAIT_ENV_INTEGER, 0, 0, 65535},
+    {"PLAIT_CMA", PLAIT_ENV_INTEGER, 1, 0, 1},
+    {"PLAIT_CMA_MIN_BYTES", PLAIT_ENV_BYTES, 0, 0, 1099511627776.0},
+    {"PLAIT_CUDA", PLAIT_ENV_INTEGER, 1, 0, 1},
+    {"PLAIT_KB_EMU_THREADS", PLAIT_ENV_INTEGER, 0, 1, 64},
+    {"PLAIT_CE_COLL", PLAIT_ENV_INTEGER, 1, 0, 1},
+    {"PLAIT_CUDA_SC_MIN_BYTES", PLAIT_ENV_BYTES, 0, 0, 1099511627776.0},
+    {"PLAIT_PERF_DEVICE", PLAIT_ENV_INTEGER, 0, 0, 1},
+    {"NCCL_SHM_DISABLE", PLAIT_ENV_INTEGER, 0, 0, 1},
+    {"RANK", PLAIT_ENV_INTEGER, 0, 0, (1 << 30) - 1},
+    {"WORLD_SIZE", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
+    {"MASTER_PORT", PLAIT_ENV_INTEGER, 0, 1, 65535},
+    {"OMPI_COMM_WORLD_RANK", PLAIT_ENV_INTEGER, 0, 0, (1 << 30) - 1},
+    {"OMPI_COMM_WORLD_SIZE", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
+    {"SLURM_PROCID", PLAIT_ENV_INTEGER, 0, 0, (1 << 30) - 1},
+    {"SLURM_NTASKS", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
+    {"PMI_RANK", PLAIT_ENV_INTEGER, 0, 0, (1 << 30) - 1},
+    {"PMI_SIZE", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
+};
+const size_t plait_env_numbers_len = sizeof(plait_env_numbers) / sizeof(plait_env_numbers[0]);
+
+static void format_bound(const struct plait_env_number *spec, double v, char *buf, size_t len)
 {
+    static const char suffix[] = "GMK";
+    if (spec->form == PLAIT_ENV_BYTES && v > 0)
+        for (int i = 0; i < 3; i++) {
+            const double unit = (double)(1ull << (10 * (3 - i)));
+            if (v >= unit && v / unit == (double)(uint64_t)(v / unit)) {
+                snprintf(buf, len, "%llu%c", (unsigned long long)(v / unit), suffix[i]);
+                return;
+            }
+        }
+    snprintf(buf, len, "%.15g", v);
+}
+
+void plait_env_number_range(const struct plait_env_number *spec, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    format_bound(spec, spec->lo, lo, sizeof(lo));
+    format_bound(spec, spec->hi, hi, sizeof(hi));
+    snprintf(buf, len, "%s%s..%s", spec->has_auto ? "auto or " : "", lo, hi);
+}
+
+int plait_env_number_parse(const struct plait_env_number *spec, const char *text, bool is_nccl_spelling,
+                           double *value_out, char *why, size_t why_len)
+{
+    static const char *const forms[] = {
+        [PLAIT_ENV_INTEGER] = "a decimal integer (digits only: no sign, no 0x, no suffix)",
+        [PLAIT_ENV_BYTES] = "a size in bytes (decimal digits, then optionally K, M or G: no sign, no 0x)",
+        [PLAIT_ENV_SECONDS] = "a number of seconds (decimal digits with an optional fraction: no sign, no 0x, "
+                              "no exponent)",
+    };
+    static const char *const nccl_forms[] = {
+        [PLAIT_ENV_INTEGER] = "a decimal integer or 0x and hexadecimal digits (no sign, no suffix)",
+        [PLAIT_ENV_BYTES] = "a size in bytes (decimal digits, then optionally K, M or G; or 0x and hexadecimal "
+                            "digits, no suffix: no sign)",
+        [PLAIT_ENV_SECONDS] = "a number of seconds (decimal digits with an optional fraction: no sign, no 0x, "
+                              "no exponent)",
+    };
+    char range[96];
+    if (spec->has_auto && strcasecmp(text, "auto") == 0) {
+        *value_out = PLAIT_ENV_AUTO;
+        return 0;
+    }
+    /* By hand, not strtol/strtod: those take blanks, signs, 0x, exponents,
+     * "inf" and the locale's decimal point. The digits are summed exactly
+     * (below 2^53) and divided once by the fraction's power of ten. */
+    const char *p = text;
+    double mant = 0, scale = 1, mult = 1;
+    int digits = 0, is_huge = 0;
+    /* NCCL reads its numeric variables with strtoll(..., 0), so an NCCL_
+     * spelling may hold hexadecimal (NCCL_BUFFSIZE=0x400000): taken as
+     * NCCL takes it, but as a whole integer only (no suffix, no sign).
+     * NCCL's octal (a leading 0) is not: 010 is 10, as for every name. */
+    const bool is_hex = is_nccl_spelling && spec->form != PLAIT_ENV_SECONDS && p[0] == '0' &&
+                        (p[1] == 'x' || p[1] == 'X');
+    if (is_hex) {
+        for (p += 2; isxdigit((unsigned char)*p); p++, digits++) {
+            mant = mant * 16 + (isdigit((unsigned char)*p) ? *p - '0' : tolower((unsigned char)*p) - 'a' + 10);
+            is_huge |= mant > 1e15;
+        }
+    } else {
+        for (; *p >= '0' && *p <= '9'; p++, digits++) {
+            mant = mant * 10 + (*p - '0');
+            is_huge |= mant > 1e15;
+        }
+        if (spec->form == PLAIT_ENV_SECONDS && *p == '.')
+            for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+                if (mant < 1e15) {
+                    mant = mant * 10 + (*p - '0');
+                    scale *= 10;
+                }
+            }
+        if (spec->form == PLAIT_ENV_BYTES && digits > 0 && *p && strchr("KkMmGg", *p)) {
+            mult = *p == 'K' || *p == 'k' ? 1024.0 : *p == 'M' || *p == 'm' ? 1048576.0 : 1073741824.0;
+            p++;
+        }
+    }
+    if (digits == 0 || *p != '\0') {
+        snprintf(why, why_len, "is not %s%s", spec->has_auto ? "auto or " : "",
+                 (is_nccl_spelling ? nccl_forms : forms)[spec->form]);
+        return -1;
+    }
+    const double v = mant / scale * mult;
+    if (is_huge || v < spec->lo || v > spec->hi) {
+        plait_env_number_range(spec, range, sizeof(range));
+        snprintf(why, why_len, "is out of range (%s)", range);
+        return -1;
+    }
+    *value_out = v;
+    return 0;
+}
+
+const struct plait_env_number *plait_env_number_find(const char *name)
+{
+    for (size_t i = 0; i < plait_env_numbers_len; i++)
+        if (strcmp(plait_env_numbers[i].name, name) == 0)
+            return &plait_env_numbers[i];
+    return NULL;
+}
+
+plait_result_t plait_env_number(const char *name, double *value_out, int *is_set_out)
+{
+    const struct plait_env_number *spec = plait_env_number_find(name);
+    const struct plait_env_var *var = NULL;
+    for (size_t i = 0; i < plait_env_table_len && !var; i++)
+        if (strcmp(plait_env_table[i].name, name) == 0)
+            var = &plait_env_table[i];
+    if (!spec || !var)
+        return plait_error(PLAIT_ERR_INTERNAL, "plait_env_number: %s is not a numeric variable of the table", name);
     const char *v = plait_env_get(name);
+    const char *read = getenv(name) || !var->nccl_name ? name : var->nccl_name;
+    char why[256];
+    if (is_set_out)
+        *is_set_out = v && *v;
     if (!v || !*v) {
-        *out = deflt;
+        if (!var->deflt[0])
+            return PLAIT_SUCCESS;
+        if (plait_env_number_parse(spec, var->deflt, false, value_out, why, sizeof(why)) != 0)
+            return plait_error(PLAIT_ERR_INTERNAL, "%s: the default \"%s\" %s", name, var->deflt, why);
         return PLAIT_SUCCESS;
     }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || (*end && *end != 'K' && *end != 'M' && *end != 'k' && *end != 'm') ||
-        (*end && end[1]))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number", name, v);
-    if (*end == 'K' || *end == 'k')
-        x *= 1024;
-    else if (*end == 'M' || *end == 'm')
-        x *= 1024 * 1024;
-    if (x < lo || x > hi)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=%s is out of range [%ld, %ld]", name, v, lo, hi);
-    *out = x;
+    if (plait_env_number_parse(spec, v, strncmp(read, "NCCL_", 5) == 0, value_out, why, sizeof(why)) != 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" %s", read, v, why);
     return PLAIT_SUCCESS;
 }
 
-static plait_result_t parse_seconds(const char *name, double deflt, double *out)
+/* plait_env_number for a variable with a default or auto: an int. */
+static plait_result_t env_int(const char *name, int *out)
 {
-    const char *v = plait_env_get(name);
-    if (!v || !*v) {
-        *out = deflt;
-        return PLAIT_SUCCESS;
-    }
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= 0) || x > 1e9) /* also refuses nan and inf */
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s=\"%s\" is not a number of seconds >= 0", name, v);
-    *out = x;
-    return PLAIT_SUCCESS;
+    double v = 0;
+    plait_result_t r = plait_env_number(name, &v, NULL);
+    if (r == PLAIT_SUCCESS)
+        *out = (int)v;
+    return r;
 }
 
 /* Reads PLAIT_PROTO (auto, simple; strict) or else NCCL_PROTO (NCCL's lists:
@@ -287,43 +428,46 @@ static void warn_nccl_only_settings(void)
 plait_result_t plait_settings_load(struct plait_settings *s)
 {
     memset(s, 0, sizeof(*s));
-    long v = 0;
+    double v = 0;
+    int is_set = 0, n = 0;
     plait_result_t res;
-    if ((res = parse_long("PLAIT_NCHANNELS", 1, 32, 2, &v)))
+    if ((res = env_int("PLAIT_NCHANNELS", &s->nchannels)))
         return res;
-    s->nchannels = (int)v;
-    if ((res = parse_long("PLAIT_NSLOTS", 2, 64, 4, &v)))
+    if ((res = env_int("PLAIT_NSLOTS", &n)))
         return res;
-    s->nslots = (uint32_t)v;
-    if ((res = parse_long("PLAIT_BUFFSIZE", 4096, 1L << 30, 512 * 1024, &v)))
+    s->nslots = (uint32_t)n;
+    if ((res = plait_env_number("PLAIT_BUFFSIZE", &v, NULL)))
         return res;
     s->slot_bytes = (uint64_t)v / s->nslots / 64 * 64;
     if (s->slot_bytes < 64)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_BUFFSIZE=%ld is too small for %u slots", v, s->nslots);
-    if ((res = parse_long("PLAIT_CHUNK_SIZE", 64, 1L << 30, 512 * 1024, &v)))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_BUFFSIZE=%.0f is too small for %u slots", v, s->nslots);
+    if ((res = plait_env_number("PLAIT_CHUNK_SIZE", &v, NULL)))
         return res;
     s->chunk_bytes = (uint64_t)v / 16 * 16;
-    if ((res = parse_seconds("PLAIT_TIMEOUT", 120, &s->timeout_s)))
+    if ((res = plait_env_number("PLAIT_TIMEOUT", &s->timeout_s, NULL)))
         return res;
-    if ((res = parse_seconds("PLAIT_COLL_TIMEOUT", 600, &s->coll_timeout_s)))
+    if ((res = plait_env_number("PLAIT_COLL_TIMEOUT", &s->coll_timeout_s, NULL)))
         return res;
-    const char *spin = plait_env_get("PLAIT_SPIN_US");
-    if (!spin || !*spin || strcasecmp(spin, "auto") == 0) {
-        s->spin_us = -1;
-    } else {
-        if ((res = parse_long("PLAIT_SPIN_US", 0, 1000000, 0, &v)))
-            return res;
-        s->spin_us = (int)v;
-    }
-    if ((res = parse_long("PLAIT_TREE_RADIX", 2, 16, 2, &v)))
+    if ((res = env_int("PLAIT_SPIN_US", &s->spin_us))) /* auto: -1 */
         return res;
-    s->tree_radix = (int)v;
-    if ((res = parse_long("PLAIT_MAX_CTAS", 0, 64, 0, &v)))
+    if ((res = env_int("PLAIT_TREE_RADIX", &s->tree_radix)))
         return res;
-    s->max_ctas = (int)v;
-    if ((res = parse_long("PLAIT_MIN_CTAS", 0, 64, 0, &v)))
+    if ((res = plait_env_number("PLAIT_MAX_CTAS", &v, &s->is_max_ctas_set)))
+        return res;
+    s->max_ctas = s->is_max_ctas_set ? (int)v : 0;
+    v = 0;
+    if ((res = plait_env_number("PLAIT_MIN_CTAS", &v, NULL)))
         return res;
     s->min_ctas = (int)v;
+    /* Read where they are used (src/cuda/, the test double's emulation), but
+     * checked here, so that a bad value fails init at its start as every
+     * other one does. */
+    if ((res = plait_env_number("PLAIT_CUDA", &v, NULL)) || (res = plait_env_number("PLAIT_CE_COLL", &v, NULL)) ||
+        (res = plait_env_number("PLAIT_KB_EMU_THREADS", &v, NULL)))
+        return res;
+    if ((res = plait_env_number("PLAIT_CUDA_SC_MIN_BYTES", &v, NULL)))
+        return res;
+    s->cuda_sc_min_bytes = (uint64_t)v;
     const char *tp = plait_env_get("PLAIT_TRANSPORT");
     if (!tp || !*tp || strcasecmp(tp, "auto") == 0)
         s->transport_force = PLAIT_FORCE_NONE;
@@ -333,8 +477,10 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TRANSPORT=\"%s\" is unknown (valid: auto, socket)", tp);
     /* NCCL_SHM_DISABLE=1 asks for no shared memory between processes: TCP, as
      * PLAIT_TRANSPORT=socket, which wins when set at all. */
-    const char *shm_off = getenv("NCCL_SHM_DISABLE");
-    if (!tp && shm_off && strtol(shm_off, NULL, 10) != 0)
+    v = 0;
+    if ((res = plait_env_number("NCCL_SHM_DISABLE", &v, NULL)))
+        return res;
+    if (!tp && v != 0)
         s->transport_force = PLAIT_FORCE_SOCKET;
     warn_nccl_only_settings();
     if ((res = parse_proto(&s->proto)))
@@ -350,22 +496,15 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         return res;
     const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
     snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
-    const char *cma = plait_env_get("PLAIT_CMA");
-    if (!cma || !*cma || strcasecmp(cma, "auto") == 0)
-        s->cma = PLAIT_CMA_AUTO;
-    else if (strcmp(cma, "0") == 0)
-        s->cma = PLAIT_CMA_OFF;
-    else if (strcmp(cma, "1") == 0)
-        s->cma = PLAIT_CMA_REQUIRE;
-    else
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_CMA=\"%s\" is unknown (valid: auto, 0, 1)", cma);
+    if ((res = plait_env_number("PLAIT_CMA", &v, NULL)))
+        return res;
+    s->cma = v == PLAIT_ENV_AUTO ? PLAIT_CMA_AUTO : v == 0 ? PLAIT_CMA_OFF : PLAIT_CMA_REQUIRE;
     /* Unset, the measured defaults (docs/performance.md, "Single-copy (CMA)"):
      * direct reads between threads pay from about 32 KiB; process_vm_readv
      * did not beat the FIFO at any size, so auto does not use it. */
-    const char *cma_min = plait_env_get("PLAIT_CMA_MIN_BYTES");
-    if (cma_min && *cma_min) {
-        if ((res = parse_long("PLAIT_CMA_MIN_BYTES", 0, 1L << 40, 0, &v)))
-            return res;
+    if ((res = plait_env_number("PLAIT_CMA_MIN_BYTES", &v, &is_set)))
+        return res;
+    if (is_set) {
         s->cma_min_bytes = s->cma_local_min_bytes = (uint64_t)v;
     } else {
         s->cma_local_min_bytes = 32 * 1024;

@@ -1,5 +1,5 @@
 /* The CPU executor: runs the steps of every task of a set of operations, on the
- * calling thread, until all are done (DESIGN.md, "Data path").
+ * calling thread, until all are done (docs/architecture.md, sections 2 and 8).
  *
  * Each task is a non-blocking state machine: advance() does every piece it can
  * without waiting and reports PROGRESSED, BLOCKED or DONE. One loop drives every
@@ -39,13 +39,21 @@ static const char *buf_ptr(const struct plait_op *op, int which)
 static plait_result_t peer_gone_error(const struct plait_task *t, int peer, const char *what)
 {
     const struct plait_op *op = t->op;
-    /* Before anything else (this rank may exit after returning the error):
-     * same-host ranks waiting on us must learn who really died. */
-    plait_comm_publish_death(op->comm, peer);
-    char who[160];
-    plait_peer_str(op->comm, peer, who, sizeof(who));
-    return plait_error(PLAIT_ERR_REMOTE, "%s (operation #%llu) on rank %d: %s is gone (%s)", op->name,
-                       (unsigned long long)op->seq, op->comm->rank, who, what);
+    plait_result_t res = plait_comm_peer_gone(op->comm, peer, what);
+    return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
+                               op->comm->rank);
+}
+
+/* Moves a socket connection's bytes. A failure because the peer went away
+ * names the rank that failed first, as a wait on the peer would. */
+static plait_result_t conn_progress(struct plait_comm *comm, struct plait_conn *c)
+{
+    plait_result_t res = c->tp->progress(c);
+    if (res == PLAIT_SUCCESS || !c->peer_gone)
+        return res;
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", plait_last_error_get());
+    return plait_comm_peer_gone(comm, c->peer, detail);
 }
 
 static int fetch_step(struct plait_task *t)
@@ -69,7 +77,7 @@ static struct plait_conn *step_conn(struct plait_task *t, int peer, const char *
                            op->name, (unsigned long long)op->seq, comm->rank, dir, peer, t->cls);
         return NULL;
     }
-    if (c->needs_progress && (*err = c->tp->progress(c)) != PLAIT_SUCCESS)
+    if (c->needs_progress && (*err = conn_progress(comm, c)) != PLAIT_SUCCESS)
         return NULL;
     return c;
 }
@@ -370,7 +378,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
         const uint64_t n = plait_piece_elems(st->count, t->piece_off, piece_max);
         memcpy(out, buf_ptr(op, st->src_buf) + (st->src_off + t->piece_off) * es, (size_t)n * es);
         plait_conn_send_commit(sc, (uint32_t)(n * es));
-        if (sc->needs_progress && (*err = sc->tp->progress(sc)) != PLAIT_SUCCESS)
+        if (sc->needs_progress && (*err = conn_progress(op->comm, sc)) != PLAIT_SUCCESS)
             return ADV_ERROR;
         t->piece_off += n;
         moved = 1;
@@ -634,7 +642,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         if (out) {
             plait_conn_send_commit(sc, (uint32_t)bytes);
             if (sc->needs_progress) {
-                plait_result_t res = sc->tp->progress(sc);
+                plait_result_t res = conn_progress(comm, sc);
                 if (res) {
                     *err = res;
                     return ADV_ERROR;
@@ -651,6 +659,64 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
         progressed = 1;
     }
     return ADV_PROGRESSED;
+}
+
+void plait_waits_add(struct plait_waits *w, int peer, const char *what)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->peer[i] == peer && w->what[i] == what)
+            return;
+    if (w->n < PLAIT_WAITS_MAX) {
+        w->peer[w->n] = peer;
+        w->what[w->n++] = what;
+    }
+}
+
+plait_result_t plait_timeout_error(const struct plait_op *op, double timeout_s, const struct plait_waits *w)
+{
+    char list[1024] = "";
+    size_t o = 0;
+    for (int i = 0; i < w->n && o < sizeof(list) - 1; i++) {
+        char who[160];
+        o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s (%s)", i ? ", " : "; waiting for ",
+                              plait_peer_str(op->comm, w->peer[i], who, sizeof(who)), w->what[i]);
+    }
+    return plait_error(PLAIT_ERR_TIMEOUT,
+                       "%s (operation #%llu) on rank %d did not complete within PLAIT_COLL_TIMEOUT=%g s%s", op->name,
+                       (unsigned long long)op->seq, op->comm->rank, timeout_s, list);
+}
+
+/* For a timeout's message: what an unfinished task is waiting for. Reads the
+ * FIFO counters the way advance() does, without moving anything. */
+static void task_waits(struct plait_task *t, struct plait_waits *w)
+{
+    struct plait_comm *comm = t->op->comm;
+    if (t->done || (t->after && !t->after->done))
+        return;
+    if (t->is_fast) {
+        plait_fast_waits(t, w);
+        return;
+    }
+    for (int i = 0; i < t->sc_npend; i++)
+        if (plait_ld_acquire_u64(t->sc_pend[i].conn->tx_head) <= t->sc_pend[i].seq)
+            plait_waits_add(w, t->sc_pend[i].conn->peer, "it to read the bytes this rank published for single copy");
+    if (!t->has_step)
+        return;
+    const struct plait_step *st = &t->step;
+    const int sr = plait_step_is_sendrecv(st->kind);
+    const unsigned ops = sr ? PLAIT_PIECE_RECV | PLAIT_PIECE_SEND : plait_piece_ops(st->kind);
+    const int recv_left = sr ? t->recv_off < st->count : t->piece_off < st->count;
+    if ((ops & PLAIT_PIECE_RECV) && recv_left && st->recv_peer >= 0 && st->recv_peer < comm->nranks) {
+        struct plait_conn *c = comm->conns[st->recv_peer * comm->ncls + t->cls];
+        uint32_t got;
+        if (c && !plait_conn_recv_slot(c, &got))
+            plait_waits_add(w, st->recv_peer, "its data");
+    }
+    if ((ops & PLAIT_PIECE_SEND) && t->piece_off < st->count && st->send_peer >= 0 && st->send_peer < comm->nranks) {
+        struct plait_conn *c = comm->conns[st->send_peer * comm->ncls + t->cls];
+        if (c && !plait_conn_send_slot(c))
+            plait_waits_add(w, st->send_peer, "room in its FIFO: it has not read what this rank sent");
+    }
 }
 
 /* The set of communicators a run touches (small: usually one). */
@@ -688,15 +754,12 @@ static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed
         struct plait_conn *c = conns[i];
         if (!c || !c->needs_progress)
             continue;
-        plait_result_t res = c->tp->progress(c);
+        plait_result_t res = conn_progress(comm, c);
         if (res)
             return res;
         if (!c->tp->is_flushed(c)) {
-            if (c->peer_gone) {
-                char who[160];
-                return plait_error(PLAIT_ERR_REMOTE, "rank %d: %s is gone before it received our data", comm->rank,
-                                   plait_peer_str(comm, c->peer, who, sizeof(who)));
-            }
+            if (c->peer_gone)
+                return plait_comm_peer_gone(comm, c->peer, "before it received our data");
             *all_flushed = 0;
         }
     }
@@ -821,6 +884,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
 
     plait_result_t status = PLAIT_SUCCESS;
+    int is_counted = 0; /* the ops are counted as issued in the published counters */
     struct plait_comm *failed_comm = NULL;
     /* Most runs are one collective of a few tasks: their list lives on the
      * stack, so the per-call path does not allocate. */
@@ -853,6 +917,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
      * crash now is told apart from a clean exit (see plait_comm_check_peers). */
     for (struct plait_op *op = ops; op; op = op->next)
         __atomic_add_fetch(&op->comm->my_ops[0], 1, __ATOMIC_RELEASE);
+    is_counted = 1;
     all = ntasks <= SMALL_RUN_TASKS ? all_small : malloc(sizeof(*all) * (size_t)ntasks);
     if (!all) {
         status = plait_error(PLAIT_ERR_SYSTEM, "executor: out of memory");
@@ -937,10 +1002,16 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                         op = all[i]->op;
                         break;
                     }
-                status = plait_error(PLAIT_ERR_TIMEOUT,
-                                     "%s (operation #%llu) on rank %d did not complete within PLAIT_COLL_TIMEOUT=%g s",
-                                     op ? op->name : "operation", op ? (unsigned long long)op->seq : 0ull,
-                                     op ? op->comm->rank : -1, timeout);
+                if (op) {
+                    struct plait_waits w = {0};
+                    for (int i = 0; i < ntasks; i++)
+                        if (all[i]->op == op)
+                            task_waits(all[i], &w);
+                    status = plait_timeout_error(op, timeout, &w);
+                } else {
+                    status = plait_error(PLAIT_ERR_TIMEOUT,
+                                         "an operation did not complete within PLAIT_COLL_TIMEOUT=%g s", timeout);
+                }
                 failed_comm = op ? op->comm : NULL;
                 goto out;
             }
@@ -962,7 +1033,10 @@ out:
         free(all);
     for (struct plait_op *op = ops; op; op = op->next)
         plait_op_release_scratch(op);
-    if (!status)
+    /* Completed means returned, with or without an error: a rank that exits
+     * after its operation failed (a timeout, say) is no crash, and the peers
+     * that still need it find it gone by the waits that need it. */
+    if (is_counted)
         for (struct plait_op *op = ops; op; op = op->next)
             __atomic_add_fetch(&op->comm->my_ops[1], 1, __ATOMIC_RELEASE);
     if (status) {

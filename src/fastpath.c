@@ -268,7 +268,8 @@ static void consume(struct plait_op *op, int k, const char *in)
     case PLAIT_COLL_REDUCE:
         if (op->comm->rank != op->args.root)
             break;
-        /* fall through: the root reduces like allreduce */
+        /* The root reduces like allreduce. */
+        /* fall through */
     case PLAIT_COLL_ALLREDUCE:
     case PLAIT_COLL_REDUCESCATTER: {
         const unsigned post_flag = k == n - 1 ? PLAIT_RED_POST : 0;
@@ -334,12 +335,29 @@ int plait_fast_advance(struct plait_task *t, plait_result_t *err)
         const char *in = op->fast_own;
         if (k != me) {
             const char *box = f->rx[k] + parity_off;
-            const uint64_t tag = __atomic_load_n((const uint64_t *)box, __ATOMIC_ACQUIRE);
+            uint64_t tag = __atomic_load_n((const uint64_t *)box, __ATOMIC_ACQUIRE);
             if (tag != op->fast_tag) {
                 if (tag >> 32 == op->fast_tag >> 32) {
                     *err = mismatch(op, k, "is in a different collective at the same point");
                     return FAST_ERROR;
                 }
+                /* A peer seen gone (plait_comm_check_peers, every millisecond
+                 * of a wait) fills no more boxes. Its exit came after its last
+                 * stores, so the tag is read once more after the flag: a box
+                 * it filled before dying is still taken. */
+                if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[k], __ATOMIC_ACQUIRE) &&
+                    (tag = __atomic_load_n((const uint64_t *)box, __ATOMIC_ACQUIRE)) != op->fast_tag) {
+                    *err = plait_error_context(plait_comm_peer_gone(comm, k,
+                                                                    op->coll == PLAIT_COLL_BARRIER
+                                                                        ? "waiting for it to enter the barrier"
+                                                                        : "waiting for its part on the small-message "
+                                                                          "path"),
+                                               "%s (operation #%llu) on rank %d", op->name,
+                                               (unsigned long long)op->seq, me);
+                    return FAST_ERROR;
+                }
+                if (tag == op->fast_tag)
+                    continue; /* taken on the next turn */
                 if ((++t->fast_polls & 1023) == 0 && (*err = check_fifo_traffic(op, k)) != PLAIT_SUCCESS)
                     return FAST_ERROR;
                 return moved ? FAST_PROGRESSED : FAST_BLOCKED;
@@ -371,18 +389,36 @@ plait_result_t plait_fast_check_mismatch(const struct plait_op *op)
     return PLAIT_SUCCESS;
 }
 
-/* The checks a waiting rank makes every millisecond (as the executor does). */
-static plait_result_t idle_checks(const struct plait_op *op, double deadline)
+void plait_fast_waits(const struct plait_task *t, struct plait_waits *w)
 {
+    const struct plait_op *op = t->op;
+    const struct plait_comm *comm = op->comm;
+    const struct plait_fast *f = comm->fast;
+    if (!f || !t->has_step)
+        return;
+    const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
+    for (int k = t->fast_next; k < comm->nranks; k++)
+        if (k != comm->rank &&
+            __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE) != op->fast_tag)
+            plait_waits_add(w, k,
+                            op->coll == PLAIT_COLL_BARRIER ? "its entry into the barrier"
+                                                           : "its part on the small-message path");
+}
+
+/* The checks a waiting rank makes every millisecond (as the executor does). */
+static plait_result_t idle_checks(const struct plait_task *t, double deadline)
+{
+    const struct plait_op *op = t->op;
     struct plait_comm *c = op->comm;
     plait_result_t res = plait_comm_check_waiting(c);
     if (res)
         return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
                                    c->rank);
-    if (plait_deadline_passed(deadline))
-        return plait_error(PLAIT_ERR_TIMEOUT,
-                           "%s (operation #%llu) on rank %d did not complete within PLAIT_COLL_TIMEOUT=%g s", op->name,
-                           (unsigned long long)op->seq, c->rank, c->set.coll_timeout_s);
+    if (plait_deadline_passed(deadline)) {
+        struct plait_waits w = {0};
+        plait_fast_waits(t, &w);
+        return plait_timeout_error(op, c->set.coll_timeout_s, &w);
+    }
     return PLAIT_SUCCESS;
 }
 
@@ -436,7 +472,7 @@ plait_result_t plait_fast_run(struct plait_op *op)
         plait_idle_pause(now - idle_since, comm->spin_ns);
         if (now - last_check > 1000000ull) {
             last_check = now;
-            if ((status = idle_checks(op, deadline)) != PLAIT_SUCCESS)
+            if ((status = idle_checks(&t, deadline)) != PLAIT_SUCCESS)
                 goto failed;
         }
     }
@@ -449,6 +485,8 @@ failed:
      * further work, as after a failure on the FIFO path. */
     plait_comm_set_async_error(comm, status, plait_last_error_get());
     __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
+    /* Returned, though with an error: see plait_exec_run. */
+    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_COMPLETED], 1, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
     return status;
 }

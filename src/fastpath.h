@@ -52,6 +52,11 @@ plait_result_t plait_fast_run(struct plait_op *op);
  * *err set). */
 int plait_fast_advance(struct plait_task *t, plait_result_t *err);
 
+/* For a timeout's message: adds to w the peers whose boxes the task still
+ * waits for. */
+struct plait_waits;
+void plait_fast_waits(const struct plait_task *t, struct plait_waits *w);
+
 /* For a FIFO-path collective that is waiting: whether a peer entered the same
  * collective (by collective sequence number) on the small-message path, which
  * means the ranks called mismatched collectives. Returns the error (and sets

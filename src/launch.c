@@ -13,18 +13,18 @@
 #include "log.h"
 #include "socket.h"
 
+/* A launcher's integer (the one parser, src/env.c): 1 and *out when set, 0
+ * when unset or empty, -1 when malformed or out of range (the last-error
+ * string says which variable and why). */
 static int env_int(const char *name, long *out)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > (1L << 30))
+    double v = 0;
+    int is_set = 0;
+    if (plait_env_number(name, &v, &is_set) != PLAIT_SUCCESS)
         return -1;
-    *out = x;
-    return 1;
+    if (is_set)
+        *out = (long)v;
+    return is_set;
 }
 
 /* The root's address: PLAIT_COMM_ID, else MASTER_ADDR and MASTER_PORT +
@@ -38,11 +38,16 @@ static plait_result_t root_address(union plait_sockaddr *addr, char *desc, size_
     }
     const char *host = getenv("MASTER_ADDR");
     long port = 0, offset = 1;
-    if (!host || !*host || env_int("MASTER_PORT", &port) != 1)
+    const int has_port = env_int("MASTER_PORT", &port);
+    if (has_port < 0)
+        return plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_from_env");
+    if (!host || !*host || has_port == 0)
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "plait_comm_init_from_env: no root address: set PLAIT_COMM_ID=host:port, or MASTER_ADDR and "
                            "MASTER_PORT");
-    if (env_int("PLAIT_PORT_OFFSET", &offset) < 0 || port + offset > 65535 || port + offset <= 0)
+    if (env_int("PLAIT_PORT_OFFSET", &offset) < 0)
+        return plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_from_env");
+    if (port + offset > 65535)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_init_from_env: MASTER_PORT %ld + PLAIT_PORT_OFFSET "
                                                        "%ld is not a port",
                            port, offset);
@@ -102,7 +107,12 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
     long rank = -1, size = -1;
     const char *who = NULL;
     for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
-        int a = env_int(launchers[i].rank, &rank), b = env_int(launchers[i].size, &size);
+        int a = env_int(launchers[i].rank, &rank);
+        if (a < 0)
+            return plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s environment", fn, launchers[i].launcher);
+        int b = env_int(launchers[i].size, &size);
+        if (b < 0)
+            return plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s environment", fn, launchers[i].launcher);
         if (a == 0 && b == 0)
             continue;
         if (a != 1 || b != 1)
@@ -130,11 +140,11 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
     int has_secret = 0;
     if ((status = plait_env_secret(secret, &has_secret)))
         return status;
-    if (!has_secret && rank == 0)
-        PLAIT_WARN(PLAIT_SUBSYS_BOOTSTRAP,
-                   "%s: no PLAIT_SECRET or PLAIT_SECRET_FILE: the bootstrap at %s is unauthenticated (anyone who can "
-                   "reach it can join)",
-                   fn, desc);
+    if (!has_secret) {
+        char where[sizeof(desc) + sizeof(fn) + 2];
+        snprintf(where, sizeof(where), "%s: %s", fn, desc);
+        plait_bootstrap_warn_unauthenticated(where);
+    }
     plait_unique_id_t id;
     plait_bootstrap_uid_from_addr(&addr, has_secret ? secret : NULL, &id);
     PLAIT_INFO(PLAIT_SUBSYS_INIT, "%s: rank %ld of %ld from %s, root %s", fn, rank, size, who, desc);

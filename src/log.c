@@ -1,12 +1,14 @@
 /* Logging and per-thread last-error messages. */
 #define _GNU_SOURCE
 #include "log.h"
+#include "file.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +25,8 @@ static int log_level_value = PLAIT_LOG_NONE;
 static unsigned log_mask = PLAIT_SUBSYS_ALL;
 static FILE *log_file;
 static int log_file_is_ours;
+static char log_file_path[1024]; /* the expanded PLAIT_DEBUG_FILE that log_file is, when ours */
+static struct stat log_file_stat;  /* what was at that path when it was opened */
 static char log_host[64];
 
 static const struct {
@@ -132,19 +136,43 @@ void plait_log_configure(void)
     }
     unsigned mask = parse_subsys(env2("PLAIT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"));
     const char *file = env2("PLAIT_DEBUG_FILE", "NCCL_DEBUG_FILE");
-    if (log_file_is_ours && log_file) {
+    char path[1024] = "";
+    const int wants_file = file && *file && level > PLAIT_LOG_NONE;
+    if (wants_file)
+        expand_path(file, path, sizeof(path));
+    /* Every init configures the log; the file it names stays open across
+     * them. Closing and reopening it each time would, for a FIFO, close its
+     * only writer, and the reader (`cat fifo`) would see the end of its
+     * stream. A new name (or %p after a fork), or another file at the name
+     * (the log was rotated or removed), opens the file now there. */
+    struct stat now;
+    const int is_same = log_file_is_ours && log_file && wants_file && strcmp(path, log_file_path) == 0 &&
+                        stat(path, &now) == 0 && now.st_dev == log_file_stat.st_dev &&
+                        now.st_ino == log_file_stat.st_ino;
+    if (log_file_is_ours && log_file && !is_same) {
         fclose(log_file);
         log_file = NULL;
         log_file_is_ours = 0;
+        log_file_path[0] = '\0';
     }
-    if (file && *file && level > PLAIT_LOG_NONE) {
-        char path[1024];
-        expand_path(file, path, sizeof(path));
-        FILE *f = fopen(path, "a");
+    if (wants_file && !log_file_is_ours) {
+        /* A FIFO nobody reads is an error here, not a blocked init (src/file.h). */
+        char why[1400];
+        FILE *f = plait_file_open(path, true, why, sizeof(why));
         if (f) {
             setvbuf(f, NULL, _IOLBF, 0);
             log_file = f;
             log_file_is_ours = 1;
+            snprintf(log_file_path, sizeof(log_file_path), "%s", path);
+            if (stat(path, &log_file_stat) != 0)
+                memset(&log_file_stat, 0, sizeof(log_file_stat)); /* reopened next time */
+        } else {
+            /* The log goes to stderr instead; say why once, there. */
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "%s:%d:%d plait WARN %s=%s: %s; logging to stderr\n", log_host,
+                        (int)getpid(), (int)syscall(SYS_gettid),
+                        getenv("PLAIT_DEBUG_FILE") ? "PLAIT_DEBUG_FILE" : "NCCL_DEBUG_FILE", file, why);
         }
     }
     __atomic_store_n(&log_mask, mask, __ATOMIC_RELAXED);
@@ -190,6 +218,31 @@ void plait_log(int level, unsigned subsys, const char *fmt, ...)
     va_start(ap, fmt);
     vlog(level, subsys, fmt, ap);
     va_end(ap);
+}
+
+void plait_log_always(const char *fmt, ...)
+{
+    char msg[PLAIT_ERRMSG_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&log_mutex);
+    if (!log_host[0]) {
+        gethostname(log_host, sizeof(log_host) - 1);
+        char *dot = strchr(log_host, '.');
+        if (dot)
+            *dot = '\0';
+    }
+    int pid = (int)getpid(), tid = (int)syscall(SYS_gettid);
+    fprintf(stderr, "%s:%d:%d plait WARN %s\n", log_host, pid, tid, msg);
+    fflush(stderr);
+    /* A log file is open only while a level is set: the line belongs there too. */
+    if (log_file && log_file != stderr) {
+        fprintf(log_file, "%s:%d:%d plait WARN %s\n", log_host, pid, tid, msg);
+        fflush(log_file);
+    }
+    pthread_mutex_unlock(&log_mutex);
 }
 
 plait_result_t plait_error(plait_result_t result, const char *fmt, ...)

@@ -38,6 +38,12 @@ int plait_log_enabled(int level, unsigned subsys);
  * (stderr by default) when level and subsystem are enabled. */
 void plait_log(int level, unsigned subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Writes a WARN line to stderr whatever PLAIT_DEBUG says (and to the log file
+ * too when PLAIT_DEBUG_FILE is in use): for the few warnings a user must see
+ * even without logging, such as an unauthenticated bootstrap. Callers see to
+ * it that such a line is not repeated. Thread-safe. */
+void plait_log_always(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define PLAIT_WARN(subsys, ...) plait_log(PLAIT_LOG_WARN, (subsys), __VA_ARGS__)
 #define PLAIT_INFO(subsys, ...) plait_log(PLAIT_LOG_INFO, (subsys), __VA_ARGS__)
 #define PLAIT_TRACE(subsys, ...) plait_log(PLAIT_LOG_TRACE, (subsys), __VA_ARGS__)

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include "nccl_abi.h"
+#include "handle.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -33,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "plait.h"
 
 /* plait's enums were given NCCL's values; the translation is then a cast
@@ -119,7 +121,8 @@ static void shim_warn(const char *fmt, ...)
             }
         }
         path[o] = '\0';
-        f = fopen(path, "a");
+        char why[1400];
+        f = plait_file_open(path, true, why, sizeof(why)); /* NULL: stderr (file.h: a FIFO never blocks) */
     }
     fprintf(f ? f : stderr, "%s:%d:%d plait WARN %s\n", host, (int)getpid(), (int)syscall(SYS_gettid), msg);
     if (f)
@@ -377,10 +380,17 @@ static ncclResult_t call_stream(const char *fn, const void *a, const void *b, cu
 
 /* ---------------------------------------------------------------- communicators
  *
- * ncclComm_t points to a small wrapper around plait's communicator. Wrappers of
- * aborted communicators are kept for a while (the graveyard), because
- * ncclCommAbort may be called while another thread is inside a call on the
- * communicator: that call still reads the wrapper when plait returns. */
+ * ncclComm_t points to a small wrapper around plait's communicator. Every
+ * wrapper handed out is in the registry of live handles (src/handle.h, a copy
+ * of its own in this library), which every entry point asks before it reads
+ * through a handle: a destroyed, never-made or garbage ncclComm_t is
+ * ncclInvalidArgument, never a crash. Destroyed wrappers are quarantined
+ * before they are freed, so a new one does not take a destroyed one's
+ * address at once. Wrappers of aborted communicators are kept for a while
+ * (the graveyard, registered as aborted: calls on them are ncclInvalidUsage
+ * "aborted"), because ncclCommAbort may be called while another thread is
+ * inside a call on the communicator: that call still reads the wrapper when
+ * plait returns. */
 
 #define SHIM_COMM_MAGIC 0x6e63636c636f6d6dull /* "ncclcomm" */
 #define SHIM_COMM_DEAD 0x6e63636c64656164ull  /* "nccldead": aborted */
@@ -398,14 +408,11 @@ struct ncclComm {
     plait_config_t cfg;         /* the config it was made with (ncclCommShrink inherits it) */
     char name[64];
     double dead_since;
-    struct ncclComm *next;      /* in the registry of live wrappers, or in the graveyard */
+    struct ncclComm *next;      /* in the graveyard */
 };
 
-/* The registry lets ncclGetLastError(comm) accept any pointer (a program may
- * pass the uninitialised handle of a failed init). One lock for it and the
- * graveyard; it is held for list operations only. */
+/* The graveyard's lock, held for list operations only. */
 static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ncclComm *live_comms;
 static struct ncclComm *grave;
 
 static void shim_prefork(void)
@@ -442,21 +449,11 @@ static struct ncclComm *comm_new(const plait_config_t *cfg, const char *name, in
     w->cfg.name = w->name[0] ? w->name : NULL;
     w->cuda_dev = cuda_dev;
     w->magic = SHIM_COMM_MAGIC;
-    pthread_mutex_lock(&shim_lock);
-    w->next = live_comms;
-    live_comms = w;
-    pthread_mutex_unlock(&shim_lock);
+    if (plait_handle_add(PLAIT_HANDLE_NCCL_COMM, w) != 0) {
+        free(w);
+        return NULL;
+    }
     return w;
-}
-
-static void registry_remove_locked(struct ncclComm *w)
-{
-    for (struct ncclComm **pp = &live_comms; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            w->next = NULL;
-            return;
-        }
 }
 
 /* Frees a wrapper that never reached the caller. */
@@ -464,32 +461,30 @@ static void comm_discard(struct ncclComm *w)
 {
     if (!w)
         return;
-    pthread_mutex_lock(&shim_lock);
-    registry_remove_locked(w);
-    pthread_mutex_unlock(&shim_lock);
+    plait_handle_remove(PLAIT_HANDLE_NCCL_COMM, w);
     free(w);
 }
 
-/* The wrapper, if `comm` is a live one we made; NULL otherwise. Takes the lock. */
-static struct ncclComm *registry_find(ncclComm_t comm)
+/* Whether `comm` may be read: a live wrapper, or an aborted one in the
+ * graveyard (PLAIT_SUCCESS); else ncclInvalidArgument naming it. Any pointer
+ * may be passed; none is read. */
+static ncclResult_t comm_handle(ncclComm_t comm, const char *fn)
 {
-    struct ncclComm *found = NULL;
-    pthread_mutex_lock(&shim_lock);
-    for (struct ncclComm *w = live_comms; w; w = w->next)
-        if (w == comm) {
-            found = w;
-            break;
-        }
-    pthread_mutex_unlock(&shim_lock);
-    return found;
+    if (!comm)
+        return shim_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (plait_handle_live(PLAIT_HANDLE_NCCL_COMM, comm) || plait_handle_live(PLAIT_HANDLE_NCCL_ABORTED, comm))
+        return ncclSuccess;
+    return shim_error(ncclInvalidArgument, "%s: comm %p is not a communicator (destroyed, or never made)", fn,
+                      (void *)comm);
 }
 
 /* Checks the handle and gives plait's communicator. `for_work`: collectives,
  * point-to-point and op creation, refused after ncclCommRevoke. */
 static ncclResult_t comm_get(ncclComm_t comm, const char *fn, int for_work, plait_comm_t *pc_out)
 {
-    if (!comm)
-        return shim_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    ncclResult_t hr = comm_handle(comm, fn);
+    if (hr)
+        return hr;
     uint64_t magic = __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
     if (magic == SHIM_COMM_DEAD)
         return shim_error(ncclInvalidUsage, "%s: the communicator was aborted (ncclCommAbort)", fn);
@@ -741,12 +736,14 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
         if (r != ncclSuccess)
             return r;
         return shim_error(ncclInvalidUsage,
-                          "ncclGroupSimulateEnd: plait has no cost model yet, so it cannot estimate the group's time "
-                          "(the group level is closed; nothing ran)");
+                          "ncclGroupSimulateEnd: plait does not estimate a group's time (its cost model is not "
+                          "connected to this call; plait-tune --explain predicts single collectives) (the group level "
+                          "is closed; nothing ran)");
     }
     return shim_error(ncclInvalidUsage,
-                      "ncclGroupSimulateEnd: plait has no cost model yet, so it cannot estimate the group's time; "
-                      "the group (%u operations) stays open: end it with ncclGroupEnd to run it",
+                      "ncclGroupSimulateEnd: plait does not estimate a group's time (its cost model is not "
+                      "connected to this call; plait-tune --explain predicts single collectives); the group (%u "
+                      "operations) stays open: end it with ncclGroupEnd to run it",
                       group_ops + (group_jobs ? 1u : 0u));
 }
 
@@ -783,7 +780,7 @@ const char *pncclGetLastError(ncclComm_t comm)
     /* Only a live wrapper is read: a program may pass the handle of a failed
      * init, never written. */
     plait_comm_t pc = NULL;
-    struct ncclComm *w = comm ? registry_find(comm) : NULL;
+    struct ncclComm *w = plait_handle_live(PLAIT_HANDLE_NCCL_COMM, comm) ? comm : NULL;
     if (w && !__atomic_load_n(&w->job, __ATOMIC_ACQUIRE))
         pc = __atomic_load_n(&w->pc, __ATOMIC_ACQUIRE);
     return plait_get_last_error(pc);
@@ -1141,6 +1138,9 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclude
 /* Checks a handle given to destroy or abort; NULL is accepted by the callers. */
 static ncclResult_t comm_check_end(ncclComm_t comm, const char *fn)
 {
+    ncclResult_t hr = comm_handle(comm, fn);
+    if (hr)
+        return hr;
     uint64_t magic = __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
     if (magic == SHIM_COMM_DEAD)
         return shim_error(ncclInvalidUsage, "%s: the communicator was aborted, which freed it", fn);
@@ -1169,13 +1169,11 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm)
     ncclResult_t r = comm_check_end(comm, "ncclCommDestroy");
     if (r)
         return r;
-    pthread_mutex_lock(&shim_lock);
-    registry_remove_locked(comm);
-    pthread_mutex_unlock(&shim_lock);
+    plait_handle_remove(PLAIT_HANDLE_NCCL_COMM, comm);
     plait_comm_t pc = __atomic_exchange_n(&comm->pc, NULL, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->magic, 0, __ATOMIC_RELEASE);
     r = pc ? from_plait(plait_comm_destroy(pc)) : ncclSuccess;
-    free(comm);
+    plait_handle_retire(comm); /* its address is not given to the next wrapper at once */
     return r;
 }
 
@@ -1193,8 +1191,9 @@ ncclResult_t pncclCommAbort(ncclComm_t comm)
     r = pc ? from_plait(plait_comm_abort(pc)) : ncclSuccess;
     double t = now_s();
     struct ncclComm *old = NULL;
+    plait_handle_add(PLAIT_HANDLE_NCCL_ABORTED, comm); /* without room: "not a communicator" */
+    plait_handle_remove(PLAIT_HANDLE_NCCL_COMM, comm);
     pthread_mutex_lock(&shim_lock);
-    registry_remove_locked(comm);
     for (struct ncclComm **pp = &grave; *pp;) {
         struct ncclComm *w = *pp;
         if (t - w->dead_since > SHIM_GRAVE_SECONDS) {
@@ -1211,7 +1210,8 @@ ncclResult_t pncclCommAbort(ncclComm_t comm)
     pthread_mutex_unlock(&shim_lock);
     while (old) {
         struct ncclComm *next = old->next;
-        free(old);
+        plait_handle_remove(PLAIT_HANDLE_NCCL_ABORTED, old);
+        plait_handle_retire(old);
         old = next;
     }
     return r;
@@ -1242,8 +1242,9 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags)
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     static const char fn[] = "ncclCommGetAsyncError";
-    if (!comm)
-        return shim_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    ncclResult_t hr = comm_handle(comm, fn);
+    if (hr)
+        return hr;
     if (!asyncError)
         return shim_error(ncclInvalidArgument, "%s: asyncError is NULL", fn);
     uint64_t magic = __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);

@@ -58,7 +58,7 @@
 
 #include "log.h"
 
-/* Each binary step is rounded to its type before the next one (DESIGN.md), so
+/* Each binary step is rounded to its type before the next one (docs/architecture.md, section 13), so
  * "a * s + b" must stay two roundings. GNU C contracts it into an FMA by default
  * (-ffp-contract=fast), which the x86-64-v3/v4 clones would then emit; turn that
  * off for this file whatever the build flags are. no-trapping-math lets the

@@ -1,6 +1,6 @@
 /* Element-wise reductions and copies for the 12 data types and 6 ops.
  *
- * Rounding rule (DESIGN.md): every binary step is computed in at least fp32 (fp64
+ * Rounding rule (docs/architecture.md, section 13): every binary step is computed in at least fp32 (fp64
  * for fp64) and rounded to the storage type, nearest-even, before the next step,
  * so the CPU and GPU executors give the same bits for the same schedule. Integer
  * arithmetic wraps (computed unsigned). Float avg and premulsum scale each rank's

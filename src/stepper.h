@@ -1,6 +1,6 @@
 /* The per-step logic both executors run: compiled by the C compiler for the
  * CPU executor (exec.c) and the kernel's host emulation, and by nvcc for the
- * CUDA kernel (src/cuda/kernel.cu). DESIGN.md, "Data path".
+ * CUDA kernel (src/cuda/kernel.cu). docs/architecture.md, sections 2 and 16.
  *
  * It decides *what* moves and *when*: how a step is cut into pieces, which
  * FIFO slot a piece uses, when a slot may be written or read, and what a

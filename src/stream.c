@@ -20,6 +20,7 @@
 
 #include "comm.h"
 #include "cuda/cu.h"
+#include "handle.h"
 #include "log.h"
 
 enum item_kind { ITEM_OPS, ITEM_RECORD, ITEM_WAIT, ITEM_CUWAIT };
@@ -35,6 +36,7 @@ struct plait_event {
     void *cu_event;
     int cu_last;
     int host_waiters;
+    pid_t owner_pid; /* the process that created it (fork safety) */
 };
 
 struct item {
@@ -62,12 +64,49 @@ struct plait_stream {
      * pay a malloc on one thread and a cross-thread free on the other. */
     struct item *spare;
     int nspare;
+    pid_t owner_pid;          /* the process that created it: a forked child has no worker */
     pthread_t thread;
 };
 
 /* Spare items kept per stream: enough for a burst of queued calls to recycle
  * without holding memory that a long-lived idle stream never needs. */
 #define MAX_SPARE_ITEMS 64
+
+/* Handles are looked up in the registry (src/handle.h) before anything is
+ * read through them. A forked child inherits its parent's streams without
+ * their workers and its events without the threads that would complete
+ * them (and with locks those threads may have held): it may only destroy
+ * them. */
+plait_result_t plait_stream_check_live(plait_stream_t s, const char *fn)
+{
+    if (!s)
+        return PLAIT_SUCCESS;
+    if (!plait_handle_live(PLAIT_HANDLE_STREAM, s))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: stream %p is not a live stream (destroyed, or never made by plait_stream_create or "
+                           "plait_stream_from_cuda)",
+                           fn, (void *)s);
+    if (s->owner_pid != plait_self_pid())
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "%s: stream %p belongs to process %d; a forked child cannot use it (only destroy it)", fn,
+                           (void *)s, (int)s->owner_pid);
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t event_check(plait_event_t e, const char *fn)
+{
+    if (!e)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: event is NULL", fn);
+    if (!plait_handle_live(PLAIT_HANDLE_EVENT, e))
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "%s: event %p is not a live event (destroyed, or never made by plait_event_create)", fn,
+                           (void *)e);
+    if (e->owner_pid != plait_self_pid())
+        return plait_error(PLAIT_ERR_INVALID_USAGE,
+                           "%s: event %p belongs to process %d; a forked child cannot use it (only destroy it)", fn,
+                           (void *)e, (int)e->owner_pid);
+    return PLAIT_SUCCESS;
+}
 
 /* Keeps a finished item as a spare or frees it; called with s->lock held. */
 static void item_put_locked(struct plait_stream *s, struct item *it)
@@ -183,12 +222,17 @@ static plait_result_t stream_new(struct plait_comm *owner, plait_stream_t *out)
     pthread_cond_init(&s->cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
     s->owner = owner;
-    if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {
+    plait_fork_hooks();
+    s->owner_pid = plait_self_pid();
+    const int registered = plait_handle_add(PLAIT_HANDLE_STREAM, s) == 0;
+    if (!registered || pthread_create(&s->thread, NULL, worker_main, s) != 0) {
+        plait_handle_remove(PLAIT_HANDLE_STREAM, s);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         pthread_cond_destroy(&s->idle_cond);
         free(s);
-        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_create: cannot start the worker thread");
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_create: %s",
+                           registered ? "cannot start the worker thread" : "out of memory");
     }
     *out = s;
     return PLAIT_SUCCESS;
@@ -250,6 +294,9 @@ plait_result_t plait_stream_synchronize(plait_stream_t s)
 {
     if (!s)
         return PLAIT_SUCCESS; /* the NULL stream's host work is already complete */
+    plait_result_t status = plait_stream_check(s, "plait_stream_synchronize");
+    if (status)
+        return status;
     if (s->is_cuda) {
         /* Errors of the kernels themselves are the communicators' async
          * errors (plait_comm_get_async_error), as with NCCL. */
@@ -273,9 +320,22 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
 {
     if (!s)
         return PLAIT_SUCCESS;
+    if (!plait_handle_live(PLAIT_HANDLE_STREAM, s) || s->owner_pid == plait_self_pid()) {
+        plait_result_t status = plait_stream_check(s, "plait_stream_destroy");
+        if (status)
+            return status;
+    } else {
+        /* A forked child's copy: no worker to stop, and its lock and queue
+         * are as the parent's threads left them. The struct goes; what it
+         * pointed at stays (the child's copy of the parent's memory). */
+        plait_handle_remove(PLAIT_HANDLE_STREAM, s);
+        plait_handle_retire(s);
+        return PLAIT_SUCCESS;
+    }
     plait_result_t r = plait_stream_synchronize(s);
+    plait_handle_remove(PLAIT_HANDLE_STREAM, s);
     if (s->is_cuda) { /* the CUDA stream is the caller's: only the wrapper goes */
-        free(s);
+        plait_handle_retire(s);
         return r;
     }
     pthread_mutex_lock(&s->lock);
@@ -291,7 +351,7 @@ plait_result_t plait_stream_destroy(plait_stream_t s)
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     pthread_cond_destroy(&s->idle_cond);
-    free(s);
+    plait_handle_retire(s); /* its address is not given to the next stream at once */
     return r;
 }
 
@@ -308,6 +368,12 @@ plait_result_t plait_stream_from_cuda(void *cuda_stream, plait_stream_t *stream_
         return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_from_cuda: out of memory");
     s->is_cuda = 1;
     s->cu_stream = cuda_stream;
+    plait_fork_hooks();
+    s->owner_pid = plait_self_pid();
+    if (plait_handle_add(PLAIT_HANDLE_STREAM, s) != 0) {
+        free(s);
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_stream_from_cuda: out of memory");
+    }
     *stream_out = s;
     return PLAIT_SUCCESS;
 }
@@ -323,14 +389,23 @@ plait_result_t plait_event_create(plait_event_t *event_out)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_event_create: out of memory");
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
+    plait_fork_hooks();
+    e->owner_pid = plait_self_pid();
+    if (plait_handle_add(PLAIT_HANDLE_EVENT, e) != 0) {
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->cond);
+        free(e);
+        return plait_error(PLAIT_ERR_SYSTEM, "plait_event_create: out of memory");
+    }
     *event_out = e;
     return PLAIT_SUCCESS;
 }
 
 plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
 {
-    if (!e)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_record: event is NULL");
+    plait_result_t status;
+    if ((status = event_check(e, "plait_event_record")) || (status = plait_stream_check(s, "plait_event_record")))
+        return status;
     if (s && s->is_cuda) {
         const struct plait_cu *cu = plait_cu_get();
         pthread_mutex_lock(&e->lock);
@@ -359,8 +434,9 @@ plait_result_t plait_event_record(plait_event_t e, plait_stream_t s)
 
 plait_result_t plait_event_synchronize(plait_event_t e)
 {
-    if (!e)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_event_synchronize: event is NULL");
+    plait_result_t status = event_check(e, "plait_event_synchronize");
+    if (status)
+        return status;
     pthread_mutex_lock(&e->lock);
     if (e->cu_last) {
         void *ev = e->cu_event;
@@ -397,8 +473,10 @@ static void host_wait_fn(void *arg)
 
 plait_result_t plait_stream_wait_event(plait_stream_t s, plait_event_t e)
 {
-    if (!e)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_stream_wait_event: event is NULL");
+    plait_result_t status;
+    if ((status = plait_stream_check(s, "plait_stream_wait_event")) ||
+        (status = event_check(e, "plait_stream_wait_event")))
+        return status;
     pthread_mutex_lock(&e->lock);
     uint64_t target = e->records;
     const int cu_last = e->cu_last;
@@ -450,16 +528,26 @@ plait_result_t plait_event_destroy(plait_event_t e)
 {
     if (!e)
         return PLAIT_SUCCESS;
+    if (plait_handle_live(PLAIT_HANDLE_EVENT, e) && e->owner_pid != plait_self_pid()) {
+        /* A forked child's copy: the records it waits for are the parent's. */
+        plait_handle_remove(PLAIT_HANDLE_EVENT, e);
+        plait_handle_retire(e);
+        return PLAIT_SUCCESS;
+    }
+    plait_result_t status = event_check(e, "plait_event_destroy");
+    if (status)
+        return status;
     plait_event_synchronize(e);
     /* host records reached, and no CUDA host function still holds the event */
     pthread_mutex_lock(&e->lock);
     while (e->completed < e->records || e->host_waiters > 0)
         pthread_cond_wait(&e->cond, &e->lock);
     pthread_mutex_unlock(&e->lock);
+    plait_handle_remove(PLAIT_HANDLE_EVENT, e);
     if (e->cu_event)
         plait_cu_get()->EventDestroy(e->cu_event);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
-    free(e);
+    plait_handle_retire(e);
     return PLAIT_SUCCESS;
 }

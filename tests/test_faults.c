@@ -133,7 +133,7 @@ static int kill_child(struct mr_child *c, void *arg)
     return 0;
 }
 
-/* strict: also the rest of DESIGN.md's promise ("the survivors return an error
+/* strict: also the rest of what docs/architecture.md section 9 promises ("the survivors return an error
  * naming the operation, its sequence number, the peer rank and host"): the
  * message of each survivor that names rank 2 must also name the operation
  * ("allreduce"), its sequence number ("#<n>", n = completed allreduces + 1) and
@@ -211,7 +211,7 @@ Test(faults, peer_killed_mid_allreduce_socket, .timeout = 60)
     kill_case(1, 0);
 }
 
-/* DESIGN.md: the survivors' error names the operation, its sequence number, the
+/* docs/architecture.md, section 9: the survivors' error names the operation, its sequence number, the
  * peer's rank and host. */
 Test(faults, peer_killed_error_names_operation_shm, .timeout = 60)
 {

@@ -199,3 +199,61 @@ Test(launch, unauthenticated_bootstrap_warns, .timeout = 60)
     unlink(path);
     cr_assert(strstr(buf, "unauthenticated"), "no WARN about the unauthenticated bootstrap in: %s", buf);
 }
+
+/* Without PLAIT_DEBUG the warning still reaches stderr, once per process, even
+ * when the process meets the unauthenticated bootstrap twice (plait_get_unique_id
+ * under PLAIT_COMM_ID, then the launch). */
+Test(launch, unauthenticated_warning_once_without_debug, .timeout = 60)
+{
+    struct job j = {.launcher = L_PLAIT, .nranks = 2, .port = free_port()};
+    char paths[2][64];
+    pid_t pids[2];
+    int codes[2];
+    int pipes[2][2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(paths[r], sizeof(paths[r]), "/tmp/plait-launch-stderr-%d-%d", (int)getpid(), r);
+        cr_assert_eq(pipe(pipes[r]), 0);
+        pids[r] = fork();
+        cr_assert_geq(pids[r], 0);
+        if (pids[r] == 0) {
+            close(pipes[r][0]);
+            FILE *err = freopen(paths[r], "w", stderr);
+            unsetenv("PLAIT_DEBUG");
+            unsetenv("NCCL_DEBUG");
+            unsetenv("PLAIT_DEBUG_FILE");
+            set_env(&j, r);
+            plait_unique_id_t id;
+            int code = -2;
+            if (err)
+                code = plait_get_unique_id(&id);
+            plait_comm_t comm;
+            if (code == PLAIT_SUCCESS)
+                code = plait_comm_init_from_env(&comm, NULL);
+            if (code == PLAIT_SUCCESS)
+                plait_comm_destroy(comm);
+            write(pipes[r][1], &code, sizeof(code));
+            _exit(0);
+        }
+        close(pipes[r][1]);
+    }
+    for (int r = 0; r < 2; r++) {
+        if (read(pipes[r][0], &codes[r], sizeof(codes[r])) != sizeof(codes[r]))
+            codes[r] = -1;
+        close(pipes[r][0]);
+        waitpid(pids[r], NULL, 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        FILE *f = fopen(paths[r], "r");
+        char buf[8192] = "";
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        buf[n] = '\0';
+        if (f)
+            fclose(f);
+        unlink(paths[r]);
+        cr_assert_eq(codes[r], PLAIT_SUCCESS, "rank %d: code %d; stderr: %s", r, codes[r], buf);
+        int count = 0;
+        for (const char *p = strstr(buf, "unauthenticated"); p; p = strstr(p + 1, "unauthenticated"))
+            count++;
+        cr_assert_eq(count, 1, "rank %d: the warning appears %d times on stderr (expected once): %s", r, count, buf);
+    }
+}

@@ -4,6 +4,7 @@
 #include "topo.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "env.h"
+#include "file.h"
 #include "log.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -78,6 +80,7 @@ plait_result_t plait_topo_dump_once(const struct plait_topo *topo)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static int dumped;
+    const char *var = getenv("PLAIT_TOPO_DUMP_FILE") ? "PLAIT_TOPO_DUMP_FILE" : "NCCL_TOPO_DUMP_FILE";
     const char *path = plait_env_get("PLAIT_TOPO_DUMP_FILE");
     plait_result_t r = PLAIT_SUCCESS;
     if (path == NULL || *path == '\0')
@@ -85,20 +88,20 @@ plait_result_t plait_topo_dump_once(const struct plait_topo *topo)
     pthread_mutex_lock(&lock);
     if (!dumped) {
         /* Rank 0 of several communicators, in several processes, may dump at
-         * once: each writes its own file and renames it into place, so the
-         * file is always one whole dump. */
-        char tmp[4200];
+         * once: plait_file_write makes a regular file one whole dump (a
+         * temporary renamed into place) and writes a FIFO, a device or
+         * /dev/stdout as such (src/file.h). */
+        char *xml = NULL;
+        char why[PATH_MAX + 256];
         dumped = 1;
-        if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= sizeof(tmp)) {
-            r = plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TOPO_DUMP_FILE is too long");
-        } else if ((r = plait_topo_dump_xml(topo, tmp)) == PLAIT_SUCCESS && rename(tmp, path) != 0) {
-            r = plait_error(PLAIT_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-            unlink(tmp);
-        }
+        if ((r = plait_topo_dump_xml_buffer(topo, &xml)) == PLAIT_SUCCESS &&
+            plait_file_write(path, xml, strlen(xml), why, sizeof(why)) != 0)
+            r = plait_error(PLAIT_ERR_SYSTEM, "%s=%s: %s", var, path, why);
+        free(xml);
         if (r == PLAIT_SUCCESS)
             PLAIT_INFO(PLAIT_SUBSYS_GRAPH, "topology: written to %s", path);
         else
-            PLAIT_WARN(PLAIT_SUBSYS_GRAPH, "topology: cannot dump to %s: %s", path, plait_last_error_get());
+            PLAIT_WARN(PLAIT_SUBSYS_GRAPH, "topology: cannot dump: %s", plait_last_error_get());
     }
     pthread_mutex_unlock(&lock);
     return r;

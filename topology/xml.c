@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "file.h"
 #include "log.h"
 
 /* ------------------------------------------------------------------ arena */
@@ -1350,21 +1351,9 @@ plait_result_t plait_topo_dump_xml(const struct plait_topo *topo, const char *pa
     plait_result_t st = plait_topo_dump_xml_buffer(topo, &xml);
     if (st != PLAIT_SUCCESS)
         return st;
-    FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        st = plait_error(PLAIT_ERR_SYSTEM, "plait_topo_dump_xml: cannot create %s: %s", path, strerror(errno));
-        goto err_free;
-    }
-    size_t len = strlen(xml);
-    bool is_written = fwrite(xml, 1, len, f) == len;
-    int err = errno;
-    if (fclose(f) != 0 && is_written) {
-        is_written = false;
-        err = errno;
-    }
-    if (!is_written)
-        st = plait_error(PLAIT_ERR_SYSTEM, "plait_topo_dump_xml: cannot write %s: %s", path, strerror(err));
-err_free:
+    char why[PATH_MAX + 256];
+    if (plait_file_write(path, xml, strlen(xml), why, sizeof(why)) != 0)
+        st = plait_error(PLAIT_ERR_SYSTEM, "plait_topo_dump_xml: %s", why);
     free(xml);
     return st;
 }

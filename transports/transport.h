@@ -1,4 +1,4 @@
-/* Transports: how bytes reach a peer (DESIGN.md, "Data path").
+/* Transports: how bytes reach a peer (docs/architecture.md, section 4).
  *
  * A connection joins this rank and one peer for one connection class (a ring
  * channel, or the point-to-point class). Each direction is a FIFO of `nslots`

@@ -68,6 +68,7 @@
 #include "../bootstrap.h"
 #include "../comm.h"
 #include "../env.h"
+#include "../handle.h"
 #include "../log.h"
 #include "cu.h"
 #include "cuda.h"
@@ -123,15 +124,11 @@ static int logged_no_window;
 
 static void mode_read(void)
 {
-    const char *v = plait_env_get("PLAIT_CE_COLL");
-    if (!v || !*v || strcasecmp(v, "auto") == 0)
-        env_mode = CE_AUTO;
-    else if (strcmp(v, "0") == 0)
-        env_mode = CE_OFF;
-    else if (strcmp(v, "1") == 0)
-        env_mode = CE_ON;
-    else
+    double v = PLAIT_ENV_AUTO;
+    if (plait_env_number("PLAIT_CE_COLL", &v, NULL) != PLAIT_SUCCESS)
         env_mode = CE_BAD;
+    else
+        env_mode = v == PLAIT_ENV_AUTO ? CE_AUTO : v == 0 ? CE_OFF : CE_ON;
 }
 
 static int ce_env_mode(void)
@@ -191,7 +188,7 @@ static void window_free(struct plait_window *w, const struct plait_cu *cu, int n
     free(w->peer_base);
     free(w->ipc_map);
     w->magic = 0;
-    free(w);
+    plait_handle_retire(w); /* its address is not given to the next window at once */
 }
 
 /* The rank's part of a registration: checks, the flag block (first window),
@@ -216,8 +213,9 @@ static void prepare(struct plait_comm *comm, struct plait_cuda_ce *ce, void *buf
         goto out;
     }
     if (info->mode == CE_BAD) {
-        st = plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_window_register: PLAIT_CE_COLL=\"%s\" is not 0, 1 or "
-                         "auto", plait_env_get("PLAIT_CE_COLL"));
+        double ignored;
+        plait_env_number("PLAIT_CE_COLL", &ignored, NULL); /* the last-error string says why */
+        st = plait_error_context(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_window_register");
         goto out;
     }
     if (plait_mem_kind(buff, &dev) != PLAIT_MEM_DEVICE) {
@@ -517,20 +515,24 @@ err_free:
 static plait_result_t window_deregister(plait_comm_t comm, plait_window_t win)
 {
     static const char fn[] = "plait_comm_window_deregister";
-    if (!comm || !plait_comm_is_live(comm))
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: comm is NULL or not a communicator", fn);
+    plait_result_t hs = plait_comm_check_handle(comm, fn);
+    if (hs)
+        return hs;
     struct plait_cuda_ce *ce = comm->cuda_ce;
     if (!ce || !ce->wins)
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: no window is registered on this communicator%s", fn,
                            plait_cu_get() ? "" : " (windows need a CUDA device)");
-    if (!win || win->magic != PLAIT_WINDOW_MAGIC || win->comm != comm)
+    /* The communicator's list is the registry of its windows: win is looked
+     * for there before anything is read through it. */
+    struct plait_window **pp = &ce->wins;
+    while (*pp && *pp != win)
+        pp = &(*pp)->next;
+    if (!*pp || !win)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "%s: win was not returned by plait_comm_window_register on this communicator", fn);
-    for (struct plait_window **pp = &ce->wins; *pp; pp = &(*pp)->next)
-        if (*pp == win) {
-            *pp = win->next;
-            break;
-        }
+                           "%s: win %p is not a live window of this communicator (not returned by "
+                           "plait_comm_window_register on it, or deregistered already)",
+                           fn, (void *)win);
+    *pp = win->next;
     /* Collective, as NCCL's: no rank returns (and frees its buffer) before
      * every rank has stopped using the window. */
     plait_result_t status = plait_bootstrap_barrier(comm->bs);

@@ -1,8 +1,8 @@
 /* The CUDA backend's host side: a communicator's device state (device FIFOs
  * for every host connection, the host-mapped status and abort words, the
  * kernel module), where a call runs (memory kinds), and launches of device
- * operations on the caller's CUDA streams. DESIGN.md, "Data path" and
- * "Streams and overlap"; the layouts it fills are in kernel.h.
+ * operations on the caller's CUDA streams. docs/architecture.md, section 16;
+ * the layouts it fills are in kernel.h.
  *
  * Hot path (a launch of a shape seen before): no allocation, no lock, no
  * logging and no host synchronisation; the driver calls are
@@ -275,8 +275,7 @@ static int cap_from_settings(const struct plait_comm *comm)
         return 0;
     if (comm->set.max_ctas > 0)
         return comm->set.max_ctas;
-    const char *v = plait_env_get("PLAIT_MAX_CTAS");
-    if (v && *v && comm->set.max_ctas == 0) /* set, and parsed as 0 */
+    if (comm->set.is_max_ctas_set) /* set, to 0 */
         return 0;
     return -1;
 }
@@ -583,32 +582,6 @@ static void coresident_cap(const struct plait_comm *comm, struct plait_cuda_comm
         cc->cta_cap = cap;
 }
 
-/* PLAIT_CUDA_SC_MIN_BYTES: bytes, K/M/G suffixes, unset 64 KiB, 0 off. Each
- * rank may have its own (a receiver reads whatever arrives), so a bad value
- * turns single copy off on this rank with a WARN instead of failing its init
- * alone while the others wait for it in the setup's exchanges. */
-static uint64_t sc_min_bytes(int rank)
-{
-    const char *v = plait_env_get("PLAIT_CUDA_SC_MIN_BYTES");
-    if (!v || !*v)
-        return 64 * 1024;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    unsigned shift = 0;
-    if (end != v && (*end == 'K' || *end == 'k'))
-        shift = 10;
-    else if (end != v && (*end == 'M' || *end == 'm'))
-        shift = 20;
-    else if (end != v && (*end == 'G' || *end == 'g'))
-        shift = 30;
-    if (end == v || *v == '-' || (shift ? end[1] != '\0' : *end != '\0') || x > (1ull << 40) >> shift) {
-        PLAIT_WARN(PLAIT_SUBSYS_INIT,
-                   "CUDA on rank %d: PLAIT_CUDA_SC_MIN_BYTES=\"%s\" is not a size in bytes (K/M/G suffixes, at most "
-                   "1T; 0 = off): single copy is off on this rank", rank, v);
-        return 0;
-    }
-    return (uint64_t)x << shift;
-}
 
 static plait_result_t comm_setup(struct plait_comm *comm);
 
@@ -686,9 +659,11 @@ static plait_result_t comm_setup(struct plait_comm *comm)
     cc->bus_id[sizeof(cc->bus_id) - 1] = '\0';
     cc->cta_cap = mine->cta_cap;
     coresident_cap(comm, cc, cards);
-    const char *ce = plait_env_get("PLAIT_CE_COLL");
-    cc->ce_env = ce && strcmp(ce, "1") == 0;
-    cc->sc_min_bytes = sc_min_bytes(me);
+    double ce = 0;
+    cc->ce_env = plait_env_number("PLAIT_CE_COLL", &ce, NULL) == PLAIT_SUCCESS && ce == 1;
+    /* PLAIT_CUDA_SC_MIN_BYTES (checked at the start of init, with the other
+     * settings). Each rank may have its own: a receiver reads whatever arrives. */
+    cc->sc_min_bytes = comm->set.cuda_sc_min_bytes;
     cc->plan_arena.with_host = 1;
     comm->cuda = cc; /* freed by plait_cuda_comm_free, also after a failure here */
     if ((status = setup_gpu(comm, cc, cards)))

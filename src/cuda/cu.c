@@ -125,16 +125,18 @@ static void cu_load(void)
     /* The INFO line may come before any communicator init (a buffer
      * classified first): read PLAIT_DEBUG now. */
     plait_log_configure();
-    const char *setting = plait_env_get("PLAIT_CUDA");
-    int is_required = 0;
-    if (setting != NULL && strcmp(setting, "0") == 0) {
+    double setting = PLAIT_ENV_AUTO;
+    if (plait_env_number("PLAIT_CUDA", &setting, NULL) != PLAIT_SUCCESS) {
+        /* Every communicator init fails on it (plait_settings_load); a
+         * buffer classified before any init is host memory. */
+        PLAIT_WARN(PLAIT_SUBSYS_ENV, "%s: the CUDA backend stays off", plait_last_error_get());
+        return;
+    }
+    if (setting == 0) {
         PLAIT_INFO(PLAIT_SUBSYS_INIT, "CUDA backend off (PLAIT_CUDA=0)");
         return;
     }
-    if (setting != NULL && strcmp(setting, "1") == 0)
-        is_required = 1;
-    else if (setting != NULL && *setting != '\0' && strcmp(setting, "auto") != 0)
-        PLAIT_WARN(PLAIT_SUBSYS_ENV, "PLAIT_CUDA=\"%s\" is unknown (valid: auto, 0, 1): taken as auto", setting);
+    const int is_required = setting == 1;
 
     const char *path = plait_env_get("PLAIT_CUDA_LIBRARY");
     if (path == NULL || *path == '\0')

@@ -1,5 +1,5 @@
-/* The CUDA backend's interface to the core (private). DESIGN.md, "Data path"
- * and "Streams and overlap"; docs/architecture.md section 16.
+/* The CUDA backend's interface to the core (private). docs/architecture.md,
+ * section 16; docs/cuda.md.
  *
  * Who implements what:
  *   cu.c          the driver loaded with dlopen, memory kinds (cu.h)

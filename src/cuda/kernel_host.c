@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env.h"
 #include "reduce.h"
 #include "cuda/kernel.h"
 
@@ -202,9 +203,9 @@ static void *kb_thread_main(void *arg)
 
 static unsigned kb_emu_threads(void)
 {
-    const char *v = getenv("PLAIT_KB_EMU_THREADS");
-    const long n = v && *v ? strtol(v, NULL, 10) : 1;
-    return n >= 2 && n <= 64 ? (unsigned)n : 1u;
+    /* Checked at init (plait_settings_load); a kernel launch cannot fail on it. */
+    double n = 1;
+    return plait_env_number("PLAIT_KB_EMU_THREADS", &n, NULL) == PLAIT_SUCCESS ? (unsigned)n : 1u;
 }
 
 void plait_kernel_emulate(const void *params, unsigned cta, unsigned ncta)

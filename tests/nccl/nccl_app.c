@@ -927,7 +927,7 @@ static void check_shrink_and_revoke(ncclComm_t comm)
         say(1, "ncclCommDestroy of a revoked communicator");
 }
 
-/* ncclGroupSimulateEnd: until plait has a cost model, ncclInvalidUsage with a
+/* ncclGroupSimulateEnd: plait does not estimate a group's time: ncclInvalidUsage with a
  * message. An empty group is closed by it (as NCCL ends the group); a group
  * holding work stays open and ncclGroupEnd then runs it (docs/nccl-compat.md). */
 static void check_group_simulate(void)
@@ -935,7 +935,7 @@ static void check_group_simulate(void)
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
     expect_error(ncclGroupSimulateEnd(NULL), ncclInvalidArgument, "ncclGroupSimulateEnd(NULL)");
     expect_ok(ncclGroupStart(), "ncclGroupStart (simulate)");
-    expect_error(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "ncclGroupSimulateEnd of an empty group (no cost model)");
+    expect_error(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "ncclGroupSimulateEnd of an empty group (no estimate)");
     expect_error(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupEnd after ncclGroupSimulateEnd closed the empty group");
 }
 

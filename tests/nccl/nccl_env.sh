@@ -7,7 +7,7 @@
 # 1. A job configured for NCCL keeps running: NCCL_ALGO and NCCL_PROTO naming
 #    what plait lacks (NVLS, LL128), an unreadable NCCL_TOPO_FILE, NCCL_IB_HCA,
 #    NCCL_NET=IB each give a WARN and are ignored; NCCL_TOPO_DUMP_FILE is written; NCCL_SHM_DISABLE,
-#    NCCL_BUFFSIZE, NCCL_MIN_CTAS/NCCL_MAX_CTAS, NCCL_P2P_DISABLE and
+#    NCCL_BUFFSIZE (in hexadecimal, as NCCL reads it), NCCL_MIN_CTAS/NCCL_MAX_CTAS, NCCL_P2P_DISABLE and
 #    NCCL_SOCKET_IFNAME are accepted; the log goes to NCCL_DEBUG_FILE with %p
 #    expanded. Every check of nccl_app must still pass.
 # 2. PLAIT_* wins over NCCL_*: PLAIT_ALGO=ring with NCCL_ALGO=NVLS passes
@@ -39,7 +39,7 @@ mkdir -p "$dir/log1"
 run_app nccl 3 NCCL_DEBUG=WARN NCCL_DEBUG_FILE="$dir/log1/nccl.%p.log" \
     NCCL_ALGO=NVLS,Ring NCCL_PROTO=LL128 NCCL_TOPO_FILE=/nonexistent/topo.xml \
     NCCL_TOPO_DUMP_FILE="$dir/topo-dump.xml" NCCL_IB_HCA=mlx5_0 NCCL_NET=IB \
-    NCCL_SHM_DISABLE=1 NCCL_BUFFSIZE=1048576 NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=2 \
+    NCCL_SHM_DISABLE=1 NCCL_BUFFSIZE=0x100000 NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=2 \
     NCCL_P2P_DISABLE=1 NCCL_SOCKET_IFNAME=lo
 rc=$?
 if [ "$rc" -eq 0 ]; then
