@@ -262,7 +262,18 @@ plait_result_t plait_comm_check_waiting(struct plait_comm *comm)
     return res;
 }
 
+static void check_peers_locked(struct plait_comm *comm);
+
 void plait_comm_check_peers(struct plait_comm *comm)
+{
+    /* The issuing thread (the CPU executor) and, while a device launch is in
+     * flight, the CUDA proxy thread (src/cuda/proxy.c) both check. */
+    pthread_mutex_lock(&comm->peers_lock);
+    check_peers_locked(comm);
+    pthread_mutex_unlock(&comm->peers_lock);
+}
+
+static void check_peers_locked(struct plait_comm *comm)
 {
     for (int p = 0; p < comm->nranks; p++) {
         if (!comm->pidfds || comm->pidfds[p] < 0)
@@ -438,6 +449,7 @@ static void comm_free(struct plait_comm *comm)
     comm_release(comm);
     plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
+    pthread_mutex_destroy(&comm->peers_lock);
     comm->magic = 0;
     plait_handle_retire(PLAIT_HANDLE_COMM, comm); /* its address is not given to the next communicator at once */
 }
@@ -487,6 +499,7 @@ static void graveyard_push(struct plait_comm *comm)
         plait_handle_remove(PLAIT_HANDLE_COMM_ABORTED, g);
         plait_tuner_free(g);
         pthread_mutex_destroy(&g->async_lock);
+        pthread_mutex_destroy(&g->peers_lock);
         plait_handle_retire(PLAIT_HANDLE_COMM, g);
     }
 }
@@ -511,6 +524,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
         return NULL;
     }
     pthread_mutex_init(&comm->async_lock, NULL);
+    pthread_mutex_init(&comm->peers_lock, NULL);
     if (config) {
         if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
             comm->blocking = config->blocking != 0;

@@ -106,6 +106,7 @@ struct plait_comm {
 
     /* asynchronous state (non-blocking init/calls, stream workers) */
     pthread_mutex_t async_lock;
+    pthread_mutex_t peers_lock; /* plait_comm_check_peers: the CUDA proxy thread checks peers too */
     plait_result_t async_error;
     char async_msg[1024];
     int async_pending;      /* non-blocking work not yet done */

@@ -12,9 +12,11 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda/cu.h"
@@ -785,4 +787,223 @@ Test(cuda_host, procs_ipc_double)
     int st = cx_run_cases(&cfg, stdout, &passed, &failed);
     printf("%ld passed, %ld failed %s\n", passed, failed, DOUBLE_NOTE);
     cr_expect_eq(st, 0, "%ld of %ld cases failed (status %d): see the FAIL lines", failed, passed + failed, st);
+}
+
+/* ------------------------------------------------------------------ dead peers */
+
+/* A peer process that is gone while this rank's device collective needs it
+ * (dead before the call, or killed while the kernel waits): the survivor's
+ * kernel is stopped and the communicator's asynchronous error names the dead
+ * rank in plait_comm_peer_gone's words ("rank 1 ... is gone"), promptly —
+ * not after PLAIT_COLL_TIMEOUT (15 s here). Over shared memory and CUDA IPC
+ * (the kernel's own FIFOs: nothing on the host moves its data) and over
+ * sockets (the proxy thread). */
+struct dead_board {
+    int first_done[2];
+    int launched;    /* the survivor's second call is queued */
+    int go;          /* the parent: the victim is dead (between), or make the call (mid) */
+    int done;
+    int result;      /* the second call's return value */
+    int async;       /* the asynchronous error after the stream ended */
+    int sync;        /* cuStreamSynchronize's result */
+    double took;     /* from the second call to the asynchronous error */
+    double destroy_took; /* plait_comm_destroy after it (teardown waits for no dead peer) */
+    char text[800];
+    int next_result;     /* a third call after the error: refused, naming it */
+    char next_text[800];
+};
+
+struct dead_arg {
+    int socket;
+    int mid; /* kill the victim while the survivor's kernel waits, not before the call */
+    int ce;  /* PLAIT_CE_COLL=1 and an allgather into a memory window: copy engines, no kernel */
+};
+
+/* The call under test: an allreduce, or with a->ce an allgather into the
+ * window `win` (copy engines: stream waits on flags the peer sets). */
+static plait_result_t dead_call(const struct dead_arg *a, float *buf, float *win, plait_comm_t comm,
+                                plait_stream_t ps)
+{
+    if (a->ce)
+        return plait_allgather(buf, win, 256, PLAIT_FLOAT32, comm, ps);
+    return plait_allreduce(buf, buf, 256, PLAIT_FLOAT32, PLAIT_SUM, comm, ps);
+}
+
+#define DEAD_FAIL(...)                                                                                             \
+    do {                                                                                                           \
+        snprintf(c->msg, c->msglen, __VA_ARGS__);                                                                  \
+        return 1;                                                                                                  \
+    } while (0)
+
+static int wait_board(const int *flag, double seconds)
+{
+    const double give_up = mr_now() + seconds;
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+        if (mr_now() > give_up)
+            return -1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+static int dead_child(struct mr_child *c, void *arg)
+{
+    const struct dead_arg *a = arg;
+    struct dead_board *b = c->shared;
+    if (a->socket)
+        setenv("PLAIT_TRANSPORT", "socket", 1);
+    if (a->ce)
+        setenv("PLAIT_CE_COLL", "1", 1);
+    setenv("PLAIT_COLL_TIMEOUT", "15", 1);
+    const struct plait_cu *cu = plait_cu_get();
+    if (!cu || !cu->is_double)
+        DEAD_FAIL("rank %d: the test double did not load", c->rank);
+    void *ctx = NULL;
+    if (cu->DevicePrimaryCtxRetain(&ctx, 0) || cu->CtxSetCurrent(ctx))
+        DEAD_FAIL("rank %d: no context on device 0", c->rank);
+    plait_comm_t comm = NULL;
+    plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
+    if (r)
+        DEAD_FAIL("rank %d: init: %s", c->rank, plait_get_last_error(NULL));
+    plait_cudevptr d = 0, dw = 0;
+    if (cu->MemAlloc(&d, 4096) || cu->MemAlloc(&dw, 4096))
+        DEAD_FAIL("rank %d: cuMemAlloc", c->rank);
+    float *buf = (float *)(uintptr_t)d, *win = (float *)(uintptr_t)dw;
+    plait_window_t w = NULL;
+    if (a->ce && plait_comm_window_register(comm, win, 4096, PLAIT_WIN_COLL_SYMMETRIC, &w))
+        DEAD_FAIL("rank %d: plait_comm_window_register: %s", c->rank, plait_get_last_error(comm));
+    void *s = NULL;
+    plait_stream_t ps;
+    if (cuda_stream_open(cu, &s, &ps))
+        DEAD_FAIL("rank %d: stream: %s", c->rank, plait_get_last_error(NULL));
+    for (int i = 0; i < 256; i++)
+        buf[i] = 1.0f;
+    if ((r = dead_call(a, buf, win, comm, ps)) || cu->StreamSynchronize(s))
+        DEAD_FAIL("rank %d: the first call: %s", c->rank, plait_get_last_error(comm));
+    plait_result_t ae = PLAIT_SUCCESS;
+    plait_comm_get_async_error(comm, &ae);
+    if (ae != PLAIT_SUCCESS || (a->ce ? win[256] != 1.0f : buf[0] != 2.0f))
+        DEAD_FAIL("rank %d: the first call: async %d, element 0 is %g, window element 256 is %g", c->rank, (int)ae,
+                  (double)buf[0], (double)win[256]);
+    __atomic_store_n(&b->first_done[c->rank], 1, __ATOMIC_RELEASE);
+    if (c->rank == 1) {
+        usleep(60 * 1000 * 1000); /* killed by the parent here */
+        return 0;
+    }
+    if (!a->mid && wait_board(&b->go, 30))
+        DEAD_FAIL("no go from the parent within 30 s");
+    const double t0 = mr_now();
+    r = dead_call(a, buf, win, comm, ps);
+    __atomic_store_n(&b->launched, 1, __ATOMIC_RELEASE);
+    b->result = (int)r;
+    if (r == PLAIT_SUCCESS) {
+        b->sync = cu->StreamSynchronize(s);
+        /* The kernel has ended; its error is the communicator's now (the
+         * double's stream sync reports no kernel error, as a GPU's would not). */
+        const double give_up = mr_now() + 30;
+        do {
+            plait_comm_get_async_error(comm, &ae);
+            if (ae != PLAIT_SUCCESS && ae != PLAIT_IN_PROGRESS)
+                break;
+            usleep(1000);
+        } while (mr_now() < give_up);
+    } else {
+        ae = r;
+    }
+    b->took = mr_now() - t0;
+    b->async = (int)ae;
+    snprintf(b->text, sizeof(b->text), "%s", plait_get_last_error(comm));
+    b->next_result = (int)dead_call(a, buf, win, comm, ps);
+    snprintf(b->next_text, sizeof(b->next_text), "%s", plait_get_last_error(comm));
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    const double d0 = mr_now();
+    plait_comm_destroy(comm); /* frees the window too */
+    b->destroy_took = mr_now() - d0;
+    cuda_stream_close(cu, s, ps);
+    cu->MemFree(d);
+    cu->MemFree(dw);
+    return 0;
+}
+
+static void dead_peer(int socket, int mid, int ce)
+{
+    struct dead_arg a = {.socket = socket, .mid = mid, .ce = ce};
+    const char *how = ce ? "copy engines" : socket ? "sockets (the proxy)" : "shm and CUDA IPC";
+    char msg[1024];
+    struct mr_procs *p = mr_procs_start(2, dead_child, &a, sizeof(struct dead_board), 0, msg, sizeof(msg));
+    cr_assert_not_null(p, "%s", msg);
+    struct dead_board *b = mr_procs_shared(p);
+    int ok = wait_board(&b->first_done[0], 40) == 0 && wait_board(&b->first_done[1], 40) == 0;
+    if (ok && mid) {
+        /* The survivor's kernel waits for the victim's data. */
+        ok = wait_board(&b->launched, 20) == 0;
+        usleep(300 * 1000);
+    }
+    if (!ok) {
+        int failed = mr_procs_join(p, 5, msg, sizeof(msg));
+        mr_procs_free(p);
+        cr_assert_fail("the ranks did not reach the second allreduce (%d failed: %s)", failed, msg);
+    }
+    mr_procs_kill(p, 1, SIGKILL);
+    siginfo_t si;
+    const double give_up = mr_now() + 10;
+    while (mr_now() < give_up) {
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_PID, mr_procs_pid(p, 1), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid)
+            break;
+        usleep(2000);
+    }
+    __atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
+    wait_board(&b->done, 40);
+    int failed = mr_procs_join(p, 30, msg, sizeof(msg));
+    struct dead_board rep = *b;
+    mr_procs_free(p);
+    cr_expect_eq(failed, 0, "%d rank(s) failed: %s", failed, msg);
+    cr_assert(rep.done, "rank 0 never got an error from its device call (%s, victim dead %s)", how,
+              mid ? "mid-collective" : "between collectives");
+    printf("dead peer %s (%s): rank 0's device call returned %d, sync %d, async error %s after %.3f s: %s %s\n",
+           mid ? "mid-collective" : "between collectives", how, rep.result, rep.sync,
+           plait_get_error_string((plait_result_t)rep.async), rep.took, rep.text, DOUBLE_NOTE);
+    cr_expect_eq(rep.async, PLAIT_ERR_REMOTE, "rank 0's error is %s, not PLAIT_ERR_REMOTE: %s",
+                 plait_get_error_string((plait_result_t)rep.async), rep.text);
+    cr_expect_lt(rep.took, 5.0, "rank 0 learned of the dead rank 1 after %.2f s (limit 5 s; the timeout is 15 s)",
+                 rep.took);
+    cr_expect(strstr(rep.text, "rank 1") && strstr(rep.text, "is gone"),
+              "rank 0's error does not say that rank 1 is gone: \"%s\"", rep.text);
+    cr_expect(rep.next_result != PLAIT_SUCCESS && strstr(rep.next_text, "rank 1"),
+              "rank 0's next call after the error returned %s: \"%s\"",
+              plait_get_error_string((plait_result_t)rep.next_result), rep.next_text);
+    printf("rank 0's next call: %s; its plait_comm_destroy then took %.3f s\n", rep.next_text, rep.destroy_took);
+    cr_expect_lt(rep.destroy_took, 5.0, "rank 0's plait_comm_destroy took %.2f s (limit 5 s): it waited for the dead rank",
+                 rep.destroy_took);
+}
+
+Test(cuda_host, dead_peer_between_shm_double, .timeout = 120)
+{
+    dead_peer(0, 0, 0);
+}
+
+Test(cuda_host, dead_peer_mid_shm_double, .timeout = 120)
+{
+    dead_peer(0, 1, 0);
+}
+
+Test(cuda_host, dead_peer_between_socket_double, .timeout = 120)
+{
+    dead_peer(1, 0, 0);
+}
+
+Test(cuda_host, dead_peer_mid_socket_double, .timeout = 120)
+{
+    dead_peer(1, 1, 0);
+}
+
+Test(cuda_host, dead_peer_between_ce_double, .timeout = 120)
+{
+    dead_peer(0, 0, 1);
+}
+
+Test(cuda_host, dead_peer_mid_ce_double, .timeout = 120)
+{
+    dead_peer(0, 1, 1);
 }

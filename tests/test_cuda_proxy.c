@@ -84,7 +84,7 @@ static void proxy_all(const struct plait_cu *cu, struct rank *rk)
         rk->nconns++;
     }
     cr_assert_gt(rk->nconns, 0);
-    plait_cuda_proxy_watch(c, rk->status, rk->abort_word);
+    plait_cuda_proxy_watch(c, rk->status, rk->abort_word, 0);
     cr_assert_eq(plait_cuda_proxy_start(c), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
 }
 

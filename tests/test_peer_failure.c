@@ -3,7 +3,9 @@
  * the barrier, the FIFOs), within a bound and naming the dead rank; over
  * sockets every survivor names the rank that was killed, not the neighbour
  * whose connection closed; a stalled (SIGSTOPped) peer is named by the
- * collective timeout. Public API and the harness only. */
+ * collective timeout; a forged frame on a socket connection is named as
+ * malformed, not as a death. Public API and the harness (and, to forge a
+ * frame, the socket connection's descriptor). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -13,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "harness.h"
 
 #define FAIL(...)                                                                                                  \
@@ -406,4 +410,103 @@ Test(peer_failure, stalled_peer_named_fifo_2, .timeout = 90)
 {
     static const int named[] = {1, -1};
     stalled(2, 1, (size_t)1 << 17, named);
+}
+
+/* ------------------------------------------------------------------ malformed frames */
+
+/* Bytes on a socket connection that are no plait frame (here forged by the
+ * peer itself on its own connection, after one good allreduce): the rank that
+ * reads them fails at once, naming the peer and what was wrong with the frame
+ * — not "rank 1 is gone" after PLAIT_BLAME_GRACE_S, since the peer is alive. */
+struct forge_board {
+    int first_done[2];
+    int forged;
+    int done;
+    int result;
+    double took;
+    char text[800];
+};
+
+#define PLAIT_FRAME_MAGIC 0x504c5431u /* transports/tcp.c's TCP_MAGIC ("PLT1") */
+
+static int forge_child(struct mr_child *c, void *arg)
+{
+    const uint32_t *hdr = arg; /* the forged 8-byte header */
+    struct forge_board *b = c->shared;
+    setenv("PLAIT_TRANSPORT", "socket", 1);
+    setenv("PLAIT_COLL_TIMEOUT", "10", 1);
+    plait_comm_t comm = NULL;
+    plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
+    if (r)
+        FAIL("init: %s: %s", plait_get_error_string(r), plait_get_last_error(NULL));
+    enum { COUNT = 1024 };
+    double *buf = calloc(2 * COUNT, sizeof(double));
+    if (!buf)
+        FAIL("out of memory");
+    if ((r = plait_allreduce(buf, buf + COUNT, COUNT, PLAIT_FLOAT64, PLAIT_SUM, comm, NULL)))
+        FAIL("the first allreduce failed: %s", plait_get_last_error(comm));
+    __atomic_store_n(&b->first_done[c->rank], 1, __ATOMIC_RELEASE);
+    if (c->rank == 1) {
+        if (wait_flag(&b->first_done[0], 30))
+            FAIL("rank 0 did not finish the first allreduce within 30 s");
+        /* A header on every one of our connections to rank 0. */
+        int forged = 0;
+        for (int cls = 0; cls < comm->ncls; cls++) {
+            const int fd = plait_socket_conn_fd(comm->conns[0 * comm->ncls + cls]);
+            if (fd >= 0 && send(fd, hdr, 2 * sizeof(uint32_t), MSG_NOSIGNAL) == (ssize_t)(2 * sizeof(uint32_t)))
+                forged++;
+        }
+        if (!forged)
+            FAIL("rank 1 found no socket connection to rank 0 to write on");
+        __atomic_store_n(&b->forged, 1, __ATOMIC_RELEASE);
+        wait_flag(&b->done, 40); /* alive while rank 0 reads the bytes */
+        free(buf);
+        plait_comm_abort(comm);
+        return 0;
+    }
+    if (wait_flag(&b->forged, 30))
+        FAIL("rank 1 did not forge its frame within 30 s");
+    const double t0 = mr_now();
+    r = plait_allreduce(buf, buf + COUNT, COUNT, PLAIT_FLOAT64, PLAIT_SUM, comm, NULL);
+    b->took = mr_now() - t0;
+    b->result = (int)r;
+    snprintf(b->text, sizeof(b->text), "%s", r ? plait_get_last_error(comm) : "");
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    free(buf);
+    plait_comm_abort(comm);
+    return 0;
+}
+
+static void malformed_frame(uint32_t magic, uint32_t length, const char *expect)
+{
+    uint32_t hdr[2] = {magic, length};
+    char msg[1024];
+    struct mr_procs *p = mr_procs_start(2, forge_child, hdr, sizeof(struct forge_board), 0, msg, sizeof(msg));
+    cr_assert_not_null(p, "%s", msg);
+    struct forge_board *b = mr_procs_shared(p);
+    wait_flag(&b->done, 60);
+    int failed = mr_procs_join(p, 20, msg, sizeof(msg));
+    struct forge_board rep = *b;
+    mr_procs_free(p);
+    cr_expect_eq(failed, 0, "%d rank(s) failed: %s", failed, msg);
+    cr_assert(rep.done, "rank 0 never returned from the allreduce after the forged frame");
+    cr_log_info("forged frame {0x%08x, %u}: rank 0 returned %s after %.3f s: %s", magic, length,
+                plait_get_error_string((plait_result_t)rep.result), rep.took, rep.text);
+    cr_expect_eq(rep.result, PLAIT_ERR_REMOTE, "rank 0 returned %s, expected PLAIT_ERR_REMOTE: %s",
+                 plait_get_error_string((plait_result_t)rep.result), rep.text);
+    cr_expect(mr_names_rank(rep.text, 1) && strstr(rep.text, "malformed message") && strstr(rep.text, expect),
+              "rank 0's error does not name rank 1's malformed message (\"%s\"): \"%s\"", expect, rep.text);
+    cr_expect(strstr(rep.text, "gone") == NULL, "rank 0's error calls the live rank 1 gone: \"%s\"", rep.text);
+    cr_expect(strstr(rep.text, "allreduce") != NULL, "rank 0's error does not name the allreduce: \"%s\"", rep.text);
+    cr_expect_lt(rep.took, 3.0, "rank 0's allreduce returned after %.2f s (limit 3 s)", rep.took);
+}
+
+Test(peer_failure, malformed_frame_bad_magic_socket, .timeout = 90)
+{
+    malformed_frame(0xdeadbeefu, 16, "bad magic 0xdeadbeef");
+}
+
+Test(peer_failure, malformed_frame_oversized_socket, .timeout = 90)
+{
+    malformed_frame(PLAIT_FRAME_MAGIC, 0x7fffffffu, "a frame of 2147483647 bytes, larger than a slot");
 }

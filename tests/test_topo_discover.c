@@ -10,6 +10,8 @@
  * PLAIT_TEST_FIXTURES and PLAIT_TEST_FAKE_NVML (tests/fake_nvml.c, built). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "discover.h"
 #include "log.h"
 #include "topo.h"
+#include "xml_internal.h"
 
 #define NO_NVML "/nonexistent/libnvidia-ml.so.1"
 
@@ -405,8 +408,11 @@ Test(discover, garbage_sysfs)
 Test(discover, hwloc_fallback)
 {
     struct plait_topo *t = NULL;
+    /* hwloc's component list "stop" ends discovery before any component ran:
+     * its load of this machine fails, as it may in a locked-down container. */
+    setenv("HWLOC_COMPONENTS", "stop", 1);
     log_start();
-    plait_result_t r = discover("sysfs/vm", "hwloc/does-not-exist.xml", NO_NVML, &t);
+    plait_result_t r = discover("sysfs/vm", NULL, NO_NVML, &t);
     char *log = log_stop();
     cr_assert_eq(r, PLAIT_SUCCESS, "%s", plait_last_error_get());
     cr_expect(strstr(log, "one CPU node from sysconf and /proc instead") != NULL, "log: %s", log);
@@ -418,6 +424,218 @@ Test(discover, hwloc_fallback)
     cr_expect_eq(plait_topo_validate(t), PLAIT_SUCCESS, "%s", plait_last_error_get());
     free(log);
     plait_topo_free(t);
+}
+
+/* ---- hwloc XML files, whatever parser hwloc has ----
+ * hwloc reads XML with libxml2 only where its plugin is installed (Debian:
+ * libhwloc-plugins); without it, or with HWLOC_LIBXML_IMPORT=0, its minimal
+ * parser reads only files laid out exactly as hwloc writes them (no comment,
+ * one attribute separator, double quotes). plait hands hwloc a rewritten copy,
+ * so that both parsers read the same files. */
+
+static char *read_whole(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    cr_assert(n > 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* A file with `text`, unique to this process; returns its path (static). */
+static const char *write_temp(const char *tag, const char *text)
+{
+    static char path[8][256];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, sizeof(path[0]), "/tmp/plait-test-hwloc-%s-%d.xml", tag, (int)getpid());
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s: %s", p, strerror(errno));
+    cr_assert_eq(fputs(text, f) >= 0, true);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+static plait_result_t discover_file(const char *sysfs, const char *xml_path, struct plait_topo **topo_out)
+{
+    struct plait_topo_discover_opts opts = {.fsroot = fixture(sysfs), .hwloc_xml = xml_path, .nvml_lib = NO_NVML};
+    return plait_topo_discover(&opts, topo_out);
+}
+
+/* The same document as a person or another tool might write it: CRLF line
+ * ends, a DOCTYPE with an internal subset, comments and a processing
+ * instruction (inside and around the root), attributes on lines of their own
+ * and in single quotes, white space around '=' and before "/>", predefined
+ * entities where plain characters would do. libxml2 reads every one of these
+ * as the original. */
+static char *mangle(const char *xml)
+{
+    size_t n = strlen(xml);
+    size_t cap = n * 4 + 1024;
+    char *out = malloc(cap);
+    cr_assert_not_null(out);
+    size_t o = 0;
+    int line = 0;
+    bool in_tag = false, in_value = false;
+    const char *decl_end = strstr(xml, "?>");
+    cr_assert_not_null(decl_end);
+    size_t head = (size_t)(decl_end + 2 - xml);
+    memcpy(out, xml, head);
+    o = head;
+    o += (size_t)sprintf(out + o, "\r\n<!-- a comment before the DOCTYPE -->\r\n"
+                                  "<!DOCTYPE topology [\r\n  <!ELEMENT topology ANY> <!-- ']>' -->\r\n]>\r\n"
+                                  "<?plait an instruction?>\r\n");
+    for (size_t i = head; i < n; i++) {
+        char c = xml[i];
+        cr_assert(o + 64 < cap);
+        if (in_value) {
+            if (c == '"') {
+                out[o++] = '\'';
+                in_value = false;
+            } else if (c == 'x' && i > 0 && xml[i - 1] == '0') {
+                o += (size_t)sprintf(out + o, "&#x78;"); /* "0x" */
+            } else {
+                out[o++] = c;
+            }
+            continue;
+        }
+        if (in_tag && c == '"') {
+            out[o++] = '\'';
+            in_value = true;
+            continue;
+        }
+        if (in_tag && c == ' ') {
+            o += (size_t)sprintf(out + o, "\r\n\t  ");
+            continue;
+        }
+        if (in_tag && c == '=') {
+            o += (size_t)sprintf(out + o, " = ");
+            continue;
+        }
+        if (in_tag && c == '/' && xml[i + 1] == '>') {
+            o += (size_t)sprintf(out + o, " />");
+            i++;
+            in_tag = false;
+            continue;
+        }
+        if (c == '<' && xml[i + 1] != '/')
+            in_tag = true;
+        if (c == '>')
+            in_tag = false;
+        if (c == '\n') {
+            if (line++ % 7 == 3)
+                o += (size_t)sprintf(out + o, "\r\n<!-- line %d -->\r\n", line);
+            else
+                o += (size_t)sprintf(out + o, "\r\n");
+            if (line % 11 == 5)
+                o += (size_t)sprintf(out + o, "<?plait pi %d?>\r\n", line);
+            continue;
+        }
+        out[o++] = c;
+    }
+    o += (size_t)sprintf(out + o, "<!-- after the root -->\r\n");
+    out[o] = '\0';
+    return out;
+}
+
+/* The fixtures, and a rewritten copy of each, read by hwloc's minimal parser:
+ * the same graph as the fixture read as it is. */
+Test(discover, minimal_xml_parser)
+{
+    static const char *const machines[][2] = {{"hwloc/vm.xml", "sysfs/vm"}, {"hwloc/dgx-h100.xml", "sysfs/dgx-h100"}};
+    setenv("HWLOC_LIBXML_IMPORT", "0", 1);
+    for (size_t m = 0; m < sizeof(machines) / sizeof(machines[0]); m++) {
+        struct plait_topo *plain = NULL, *mangled = NULL;
+        plait_result_t r = discover_file(machines[m][1], fixture(machines[m][0]), &plain);
+        cr_assert_eq(r, PLAIT_SUCCESS, "%s with HWLOC_LIBXML_IMPORT=0: %s", machines[m][0], plait_last_error_get());
+        char *orig = read_whole(fixture(machines[m][0]));
+        char *text = mangle(orig);
+        const char *path = write_temp(m == 0 ? "vm" : "dgx", text);
+        r = discover_file(machines[m][1], path, &mangled);
+        unlink(path);
+        cr_assert_eq(r, PLAIT_SUCCESS, "rewritten %s with HWLOC_LIBXML_IMPORT=0: %s", machines[m][0],
+                     plait_last_error_get());
+        char why[256] = "";
+        cr_expect(plait_topo_xml_equal(plain, mangled, why, sizeof(why)), "%s: %s", machines[m][0], why);
+        free(text);
+        free(orig);
+        plait_topo_free(plain);
+        plait_topo_free(mangled);
+    }
+    /* The DGX's numbers, as dgx_h100 checks them with hwloc's default parser. */
+    struct plait_topo *t = NULL;
+    cr_assert_eq(discover_file("sysfs/dgx-h100", fixture("hwloc/dgx-h100.xml"), &t), PLAIT_SUCCESS, "%s",
+                 plait_last_error_get());
+    cr_expect_str_eq(t->host, "dgx-h100");
+    cr_expect_eq(t->counts[PLAIT_TOPO_CPU], 2);
+    cr_expect_eq(t->counts[PLAIT_TOPO_GPU], 8);
+    cr_expect_eq(t->counts[PLAIT_TOPO_NIC], 8);
+    cr_expect_eq(t->counts[PLAIT_TOPO_PCI], 8);
+    plait_topo_free(t);
+}
+
+/* The same rewritten copies with hwloc's default parser (libxml2 where
+ * libhwloc-plugins is installed): still the fixture's graph. */
+Test(discover, rewritten_xml_default_parser)
+{
+    unsetenv("HWLOC_LIBXML_IMPORT");
+    struct plait_topo *plain = NULL, *mangled = NULL;
+    cr_assert_eq(discover_file("sysfs/dgx-h100", fixture("hwloc/dgx-h100.xml"), &plain), PLAIT_SUCCESS, "%s",
+                 plait_last_error_get());
+    cr_assert_eq(plain->counts[PLAIT_TOPO_CPU], 2, "%s read as it is", fixture("hwloc/dgx-h100.xml"));
+    cr_assert_eq(plain->counts[PLAIT_TOPO_PCI], 8);
+    char *orig = read_whole(fixture("hwloc/dgx-h100.xml"));
+    char *text = mangle(orig);
+    const char *path = write_temp("dgx-default", text);
+    plait_result_t r = discover_file("sysfs/dgx-h100", path, &mangled);
+    unlink(path);
+    cr_assert_eq(r, PLAIT_SUCCESS, "%s", plait_last_error_get());
+    char why[256] = "";
+    cr_expect(plait_topo_xml_equal(plain, mangled, why, sizeof(why)), "%s", why);
+    free(text);
+    free(orig);
+    plait_topo_free(plain);
+    plait_topo_free(mangled);
+}
+
+/* A file hwloc cannot read is an error naming the file and why, never a
+ * silent fallback to one CPU node (which made a DGX look like a laptop). */
+Test(discover, hwloc_xml_errors)
+{
+    struct plait_topo *t = NULL;
+    const char *missing = "/nonexistent/plait-hwloc.xml";
+    cr_assert_neq(discover_file("sysfs/vm", missing, &t), PLAIT_SUCCESS);
+    const char *e = plait_last_error_get();
+    cr_expect(strstr(e, missing) != NULL && strstr(e, "No such file") != NULL, "error: %s", e);
+
+    /* Well-formed XML that is no hwloc topology (an unknown object type):
+     * the minimal parser's failure says what to install. */
+    const char *path = write_temp("bogus", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n"
+                                           "  <object type=\"NoSuchType\" os_index=\"0\"/>\n</topology>\n");
+    setenv("HWLOC_LIBXML_IMPORT", "0", 1);
+    plait_result_t r = discover_file("sysfs/vm", path, &t);
+    e = plait_last_error_get();
+    cr_expect_neq(r, PLAIT_SUCCESS);
+    cr_expect(strstr(e, path) != NULL, "error names the file: %s", e);
+    cr_expect(strstr(e, "libhwloc-plugins") != NULL && strstr(e, "HWLOC_LIBXML_IMPORT") != NULL,
+              "error says what to install: %s", e);
+
+    /* Malformed XML: the line and the reason, from plait's own reading. */
+    const char *bad = write_temp("bad", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n"
+                                        "  <object type=\"Machine\" os_index=\"0\n</topology>\n");
+    r = discover_file("sysfs/vm", bad, &t);
+    e = plait_last_error_get();
+    cr_expect_neq(r, PLAIT_SUCCESS);
+    cr_expect(strstr(e, bad) != NULL && strstr(e, ":3:") != NULL, "error names file and line: %s", e);
+    unlink(path);
+    unlink(bad);
 }
 
 /* ---- (e) this machine ---- */

@@ -444,7 +444,9 @@ plait_result_t plait_topo_discover(const struct plait_topo_discover_opts *opts, 
     }
 
     r = plait_disc_hwloc(d);
-    if (r == PLAIT_ERR_SYSTEM && d->topo->nnodes == 0) {
+    /* Only the live machine falls back: a file the caller named that cannot
+     * be loaded is an error, not a one-CPU graph that looks like an answer. */
+    if (r == PLAIT_ERR_SYSTEM && d->topo->nnodes == 0 && d->opts->hwloc_xml == NULL) {
         PLAIT_INFO(PLAIT_SUBSYS_INIT, "topology: %s; one CPU node from sysconf and /proc instead",
                    plait_last_error_get());
         plait_last_error_clear();

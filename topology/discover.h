@@ -48,10 +48,22 @@ struct plait_disc {
 
 /* Loads hwloc (the live machine, or opts->hwloc_xml) and adds the CPU nodes
  * with the SYS links between them, and records the PCI tree in d->pci.
- * PLAIT_ERR_SYSTEM (with the last error saying why) when hwloc cannot load or
- * reports no CPU-bearing NUMA node: the graph is untouched and the caller
- * falls back. Any other failure is a graph error to pass on. */
+ * PLAIT_ERR_SYSTEM (with the last error saying why) when hwloc cannot load
+ * the live machine or reports no CPU-bearing NUMA node: the graph is untouched
+ * and the caller falls back. An XML file that cannot be read or loaded is an
+ * error naming it and why (with what to install where hwloc lacks libxml2).
+ * Any other failure is a graph error to pass on. */
 plait_result_t plait_disc_hwloc(struct plait_disc *d);
+
+/* Rewrites XML document xml[0..len) (`name` for messages) into the form
+ * hwloc's minimal parser reads, which libxml2 reads the same: from the root
+ * element on, without comments, processing instructions or DOCTYPE, each
+ * attribute after one space in double quotes with hwloc's escapes, LF line
+ * ends; element text is kept as it is. *out (malloc'd, NUL-terminated, *out_len
+ * bytes before the NUL) on success; PLAIT_ERR_INVALID_ARGUMENT with
+ * "topology: hwloc XML file NAME:LINE: reason" on malformed XML. */
+plait_result_t plait_disc_hwloc_xml_rewrite(const char *xml, size_t len, const char *name, char **out,
+                                            size_t *out_len);
 
 /* Decodes hwloc's link speed (GB/s, all lanes together, after encoding) into a
  * PCIe generation and width; both 0 when it matches none. */

@@ -16,12 +16,22 @@
  *   PLAIT_TOPO_SYS_BW = 40 GB/s, topo.h's conservative inter-socket figure.
  * - hwloc gives a PCIe link as one figure (GB/s after encoding, all lanes);
  *   plait_disc_pcie_decode turns it back into gen and width (see there).
+ * - An XML file is read by plait and handed to hwloc rewritten
+ *   (plait_disc_hwloc_xml_rewrite), never by path: hwloc parses XML with
+ *   libxml2 only where its plugin is installed (Debian: libhwloc-plugins), and
+ *   otherwise (or with HWLOC_LIBXML_IMPORT=0) with a minimal parser that reads
+ *   only files laid out exactly as hwloc writes them; a comment or a DOCTYPE
+ *   on a line of its own makes it fail. The rewritten copy reads the same
+ *   with either parser, so what plait finds does not depend on that package.
  */
 #include "discover.h"
 
+#include <errno.h>
 #include <hwloc.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "log.h"
 
@@ -240,10 +250,124 @@ static plait_result_t add_sys_links(struct plait_disc *d)
     return PLAIT_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- XML files */
+
+/* The largest hwloc XML file read (a machine of 10,000 PUs with its PCI tree
+ * writes a few MB). */
+#define HWLOC_XML_MAX_BYTES (64u << 20)
+
+/* Whether this hwloc reads XML with libxml2: a document only libxml2 reads
+ * (a comment before the root, which the minimal parser refuses) loads. */
+static bool hwloc_has_libxml(void)
+{
+    static const char probe[] =
+        "<?xml version=\"1.0\"?>\n<!-- probe -->\n<topology version=\"2.0\">\n"
+        "<object type=\"Machine\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" allowed_cpuset=\"0x1\" "
+        "nodeset=\"0x1\" complete_nodeset=\"0x1\" allowed_nodeset=\"0x1\" gp_index=\"1\">\n"
+        "<object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
+        "complete_nodeset=\"0x1\" gp_index=\"2\" local_memory=\"1048576\"/>\n"
+        "<object type=\"PU\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
+        "complete_nodeset=\"0x1\" gp_index=\"3\"/>\n</object>\n</topology>\n";
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0)
+        return false;
+    bool ok = hwloc_topology_set_xmlbuffer(t, probe, (int)sizeof(probe)) == 0 && hwloc_topology_load(t) == 0;
+    hwloc_topology_destroy(t);
+    return ok;
+}
+
+/* Reads `path` whole (at most HWLOC_XML_MAX_BYTES) into a NUL-terminated buffer. */
+static plait_result_t read_xml_file(const char *path, char **buf_out, size_t *len_out)
+{
+    plait_result_t st;
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return plait_error(PLAIT_ERR_SYSTEM, "topology: cannot open hwloc XML file %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        st = plait_error(PLAIT_ERR_SYSTEM, "topology: out of memory reading %s", path);
+        goto err_close;
+    }
+    for (;;) {
+        if (cap - len < 2) {
+            if (cap >= HWLOC_XML_MAX_BYTES) {
+                st = plait_error(PLAIT_ERR_INVALID_ARGUMENT, "topology: hwloc XML file %s is larger than %u bytes",
+                                 path, HWLOC_XML_MAX_BYTES);
+                goto err_free;
+            }
+            char *b = realloc(buf, cap * 2);
+            if (b == NULL) {
+                st = plait_error(PLAIT_ERR_SYSTEM, "topology: out of memory reading %s", path);
+                goto err_free;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = plait_error(PLAIT_ERR_SYSTEM, "topology: cannot read hwloc XML file %s: %s", path, strerror(errno));
+        goto err_free;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    *buf_out = buf;
+    *len_out = len;
+    return PLAIT_SUCCESS;
+
+err_free:
+    free(buf);
+err_close:
+    fclose(f);
+    return st;
+}
+
+/* Hands hwloc the rewritten `path`; on failure the last error says why and,
+ * where hwloc lacks libxml2, what to install. */
+static plait_result_t set_xml(hwloc_topology_t t, const char *path, char **xml_out)
+{
+    char *raw = NULL, *xml = NULL;
+    size_t raw_len = 0, len = 0;
+    plait_result_t st = read_xml_file(path, &raw, &raw_len);
+    if (st != PLAIT_SUCCESS)
+        return st;
+    st = plait_disc_hwloc_xml_rewrite(raw, raw_len, path, &xml, &len);
+    free(raw);
+    if (st != PLAIT_SUCCESS)
+        return st;
+    if (len >= (size_t)INT32_MAX || hwloc_topology_set_xmlbuffer(t, xml, (int)len + 1) != 0) {
+        free(xml);
+        return plait_error(PLAIT_ERR_SYSTEM, "topology: hwloc refused the XML of %s: %s", path, strerror(errno));
+    }
+    *xml_out = xml; /* hwloc copies it at load, not before: keep it until then */
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t xml_load_failed(const char *path, int err)
+{
+    if (hwloc_has_libxml())
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "topology: hwloc (with libxml2) cannot load XML file %s (%s): it is not a topology as "
+                           "`lstopo --of xml` writes it (HWLOC_XML_VERBOSE=1 prints hwloc's reason)",
+                           path, strerror(err));
+    return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                       "topology: hwloc cannot load XML file %s (%s): this hwloc reads XML without libxml2 "
+                       "(libhwloc-plugins is not installed, or HWLOC_LIBXML_IMPORT=0 is set) and its minimal parser "
+                       "says no more; install libhwloc-plugins (Debian, Ubuntu) for full XML support and hwloc's "
+                       "own diagnostics (HWLOC_XML_VERBOSE=1), and check that the file is hwloc's XML, as "
+                       "`lstopo --of xml` writes it",
+                       path, strerror(err));
+}
+
 plait_result_t plait_disc_hwloc(struct plait_disc *d)
 {
     hwloc_topology_t t;
     const char *xml = d->opts->hwloc_xml;
+    char *xml_text = NULL;
     plait_result_t r;
     if (hwloc_topology_init(&t) != 0)
         return plait_error(PLAIT_ERR_SYSTEM, "topology: hwloc_topology_init failed");
@@ -264,12 +388,15 @@ plait_result_t plait_disc_hwloc(struct plait_disc *d)
     for (size_t i = 0; i < sizeof(unwanted) / sizeof(unwanted[0]); i++)
         (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unwanted[i]);
 #endif
-    if (xml != NULL && hwloc_topology_set_xml(t, xml) != 0) {
-        r = plait_error(PLAIT_ERR_SYSTEM, "topology: hwloc cannot read XML file %s", xml);
+    if (xml != NULL && (r = set_xml(t, xml, &xml_text)) != PLAIT_SUCCESS)
         goto err_destroy;
-    }
     if (hwloc_topology_load(t) != 0) {
-        r = plait_error(PLAIT_ERR_SYSTEM, "topology: hwloc cannot load %s", xml ? xml : "this machine's topology");
+        int err = errno;
+        if (xml != NULL)
+            r = xml_load_failed(xml, err);
+        else
+            r = plait_error(PLAIT_ERR_SYSTEM, "topology: hwloc cannot load this machine's topology: %s",
+                            strerror(err));
         goto err_destroy;
     }
     hwloc_obj_t root = hwloc_get_root_obj(t);
@@ -287,5 +414,6 @@ plait_result_t plait_disc_hwloc(struct plait_disc *d)
     r = w.status;
 err_destroy:
     hwloc_topology_destroy(t);
+    free(xml_text);
     return r;
 }

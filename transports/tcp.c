@@ -6,9 +6,11 @@
  * then moves committed slots onto the wire, each behind an 8-byte header
  * {magic, length}, and lands incoming ones in the receive FIFO, bumping the
  * local counters the executor polls. Nothing read from the wire is trusted: a bad
- * magic or a length larger than a slot ends the connection with an error naming
- * the peer. A peer's EOF is recorded (peer_gone); it becomes an error only when
- * the executor waits for data or credit that can no longer come.
+ * magic, a zero length or a length larger than a slot ends the connection with
+ * an error of its own naming the peer and what was wrong (the peer is alive:
+ * not "gone"), returned again by every later progress call. A peer's EOF is
+ * recorded (peer_gone); it becomes an error only when the executor waits for
+ * data or credit that can no longer come.
  *
  * Connections are made at init: the lower rank connects, both sides run the
  * challenge-response with the communicator's secret, then the connector names its
@@ -52,6 +54,7 @@ struct tcp_conn {
     size_t rx_off;
     uint32_t rx_hdr[2];
     int eof; /* the peer closed its side: nothing more will arrive */
+    char malformed[512]; /* set by a malformed message: the connection is dead, this is why */
 };
 
 struct tcp_state {
@@ -75,6 +78,8 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
 {
     struct tcp_conn *t = (struct tcp_conn *)conn;
     const size_t slot = conn->slot_bytes;
+    if (t->malformed[0])
+        return plait_error(PLAIT_ERR_REMOTE, "%s", t->malformed);
     /* send committed slots */
     while (t->tx_head < __atomic_load_n(&t->tx_tail, __ATOMIC_ACQUIRE)) {
         size_t i = (size_t)(t->tx_head % conn->nslots);
@@ -138,10 +143,22 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
         t->rx_off += (size_t)n;
         if (t->rx_off == sizeof(t->rx_hdr)) {
             if (t->rx_hdr[0] != TCP_MAGIC || t->rx_hdr[1] == 0 || t->rx_hdr[1] > slot) {
-                conn->peer_gone = 1;
-                return plait_error(PLAIT_ERR_REMOTE,
-                                   "socket: malformed message from %s (magic 0x%08x, length %u, slot %zu)",
-                                   t->peer_str, t->rx_hdr[0], t->rx_hdr[1], slot);
+                /* Not a death: the peer (or whoever writes on its
+                 * connection) sent bytes that are no plait frame. */
+                char what[96];
+                if (t->rx_hdr[0] != TCP_MAGIC)
+                    snprintf(what, sizeof(what), "bad magic 0x%08x (a frame starts with 0x%08x)", t->rx_hdr[0],
+                             TCP_MAGIC);
+                else if (t->rx_hdr[1] == 0)
+                    snprintf(what, sizeof(what), "a frame of length 0");
+                else
+                    snprintf(what, sizeof(what), "a frame of %u bytes, larger than a slot (%zu bytes)", t->rx_hdr[1],
+                             slot);
+                snprintf(t->malformed, sizeof(t->malformed),
+                         "socket: malformed message from %s on connection class %d, after %llu good frames: %s; "
+                         "nothing more is read from this connection",
+                         t->peer_str, conn->cls, (unsigned long long)t->rx_tail, what);
+                return plait_error(PLAIT_ERR_REMOTE, "%s", t->malformed);
             }
         }
         if (t->rx_off > sizeof(t->rx_hdr) && t->rx_off == sizeof(t->rx_hdr) + t->rx_hdr[1]) {
@@ -368,3 +385,8 @@ const struct plait_transport plait_transport_socket = {
     .is_flushed = tcp_is_flushed,
     .teardown = tcp_teardown,
 };
+
+int plait_socket_conn_fd(const struct plait_conn *conn)
+{
+    return conn && conn->tp == &plait_transport_socket ? ((const struct tcp_conn *)conn)->fd : -1;
+}

@@ -45,6 +45,9 @@ struct plait_transport {
 extern const struct plait_transport plait_transport_shm;    /* processes on one host */
 extern const struct plait_transport plait_transport_inproc; /* threads of one process */
 extern const struct plait_transport plait_transport_socket; /* TCP, any two hosts */
+/* The socket transport connection's file descriptor, -1 for another
+ * transport's (tests forge frames on it; diagnostics). */
+int plait_socket_conn_fd(const struct plait_conn *conn);
 
 enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_SOCKET = 2, PLAIT_TP_COUNT };
 

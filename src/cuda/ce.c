@@ -46,6 +46,13 @@
  * none; PLAIT_COLL_TIMEOUT does not reach it). That is NCCL's rule for
  * symmetric memory too.
  *
+ * Dead peers. A CE collective issued outside a capture ends with a stream
+ * write of its sequence number into a host-mapped word
+ * (plait_cuda_ce_done_word) and kicks the proxy thread, which watches the
+ * peers until the word reaches it (proxy.c); when a peer is gone it records
+ * the error naming it and sets every flag this rank waits for
+ * (plait_cuda_ce_release_waits), so that the stream does not block forever.
+ *
  * Single copy (kernel.h). Each registration also takes the lowest free index
  * of PLAIT_KMAX_WINDOWS (registration and deregistration are collective, so
  * every rank picks the same) and writes row [index][rank] of the
@@ -101,6 +108,7 @@ struct plait_cuda_ce {
     struct plait_window *wins;
     plait_cudevptr sc_table;  /* struct plait_dev_win[PLAIT_KMAX_WINDOWS][nranks], device memory; 0: none yet */
     uint32_t sc_mask;         /* indices of the registered windows (bit i: index i) */
+    uint64_t seq;             /* copy-engine collectives issued outside a capture */
 };
 
 /* What each rank tells the others at registration. */
@@ -700,5 +708,39 @@ int plait_cuda_ce_try(struct plait_op *op, void *stream, plait_result_t *err)
         issue_allgather(ce, op, w, bytes, stream, err);
     else
         issue_broadcast(ce, op, w, bytes, stream, err);
+    /* The stream records that this one is done, so that the proxy thread
+     * watches the peers meanwhile (their death would leave the stream's waits
+     * blocked forever). Not in a capture: a replay would write a stale value. */
+    const uint64_t *word = NULL;
+    const plait_cudevptr dev = plait_cuda_ce_done_word(comm, &word);
+    int capture = PLAIT_CU_STREAM_CAPTURE_STATUS_NONE;
+    if (*err == PLAIT_SUCCESS && dev && ce->cu->StreamIsCapturing(stream, &capture) == 0 &&
+        capture == PLAIT_CU_STREAM_CAPTURE_STATUS_NONE) {
+        const int r = ce->cu->StreamWriteValue64(stream, dev, ce->seq + 1, PLAIT_CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r) {
+            ce_fail(r, "cuStreamWriteValue64 (done word)", err);
+            return 1;
+        }
+        ce->seq++;
+        plait_cuda_proxy_kick_ce(comm, ce->seq);
+    }
     return 1;
+}
+
+int plait_cuda_ce_release_waits(struct plait_comm *comm, void *stream)
+{
+    struct plait_cuda_ce *ce = comm->cuda_ce;
+    if (!ce || !ce->flags)
+        return 0;
+    const int n = comm->nranks;
+    for (int p = 0; p < n; p++) {
+        if (p == comm->rank)
+            continue;
+        int r = ce->cu->StreamWriteValue64(stream, flag_ready(ce->flags, p), 1, PLAIT_CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (!r)
+            r = ce->cu->StreamWriteValue64(stream, flag_done(ce->flags, n, p), 1, PLAIT_CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r)
+            return r;
+    }
+    return 0;
 }

@@ -38,6 +38,7 @@ _Static_assert(PLAIT_DEV_SLOT_DESC == PLAIT_SLOT_DESC, "the kernel's descriptor 
 #define PLAN_BUCKETS 256
 #define CTL_STATUS_OFF 0   /* uint64_t status[4] */
 #define CTL_ABORT_OFF 64   /* uint32_t abort word, on its own line */
+#define CTL_CE_DONE_OFF 96 /* uint64_t: the last copy-engine collective done (ce.c writes it on the stream) */
 #define CTL_BYTES 128
 
 /* Bump allocator over chunks of device memory, each with a pinned host
@@ -90,6 +91,7 @@ struct plait_cuda_comm {
     int ce_env;               /* PLAIT_CE_COLL=1 */
     int ll_ok;                /* no rank has proxied connections: the kernel may run LL */
     int has_proxy;            /* this rank has proxied connections */
+    int watched;              /* the proxy thread runs: proxied connections, or peers in other processes */
     uint64_t sc_min_bytes;    /* PLAIT_CUDA_SC_MIN_BYTES (0: no single copy) */
     uint8_t *peer_load;       /* per peer: its kernels and ours load each other's device memory (PAIR_DEVICE) */
     int p2p_cap_logged;
@@ -526,9 +528,15 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
     if ((status = arena_alloc(cc, &cc->plan_arena, 256, &d, NULL)))
         goto out;
 
-    if (cc->has_proxy) {
-        plait_cuda_proxy_watch(comm, (const uint64_t *)(cc->ctl + CTL_STATUS_OFF), (uint32_t *)(cc->ctl + CTL_ABORT_OFF));
-        if ((status = plait_cuda_proxy_start(comm)))
+    /* The proxy moves proxied FIFOs; it also watches peers in other
+     * processes, whose death no kernel can see (proxy.c). */
+    cc->watched = cc->has_proxy;
+    for (int p = 0; p < n; p++)
+        cc->watched |= p != me && cards[p].token != cards[me].token;
+    if (cc->watched) {
+        if ((status = plait_cuda_proxy_watch(comm, (const uint64_t *)(cc->ctl + CTL_STATUS_OFF),
+                                             (uint32_t *)(cc->ctl + CTL_ABORT_OFF), cc->watched)) ||
+            (status = plait_cuda_proxy_start(comm)))
             goto out;
     }
     /* LL needs no proxied connection anywhere: every rank must choose alike. */
@@ -717,9 +725,10 @@ static int wait_idle(struct plait_comm *comm, struct plait_cuda_comm *cc)
 /* Waits until every receiver has returned the credit of every slot this
  * rank sent it: a receiver writes that last credit (our tx head, in our
  * segment) after our own kernel may have ended, so our FIFO memory must
- * outlive it. Bounded (a peer that never drains, e.g. one that died or
- * skipped the call, costs at most the deadline) and ends at once after an
- * abort. Teardown only: synchronous copies are fine here. */
+ * outlive it. Bounded (a peer that never drains, e.g. one that skipped the
+ * call, costs at most the deadline), ends at once after an abort, and does
+ * not wait for a peer whose process is gone (it writes nothing more).
+ * Teardown only: synchronous copies are fine here. */
 static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
 {
     if (!cc->has_last || !cc->nconn || !cc->dconns)
@@ -732,8 +741,11 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
         if (plait_cu_sync_copy(cc->cu, dc, (const void *)(uintptr_t)cc->dconns, sizeof(*dc) * (size_t)cc->nconn))
             break;
         int pending = 0;
+        plait_comm_check_peers(comm);
         for (int i = 0; i < cc->nconn && !pending; i++) {
             if (cc->conn_proxied[(size_t)dc[i].peer * comm->ncls + comm->ncls - 1] || !dc[i].tx.head)
+                continue;
+            if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[dc[i].peer], __ATOMIC_ACQUIRE))
                 continue;
             uint64_t head = 0;
             if (plait_cu_sync_copy(cc->cu, &head, dc[i].tx.head, sizeof(head)))
@@ -847,7 +859,7 @@ static const char *kerr_text(uint64_t k)
 {
     switch (k) {
     case PLAIT_KERR_ABORT:
-        return "aborted (plait_comm_abort, or a proxied peer failed)";
+        return "aborted (plait_comm_abort, or a peer failed)";
     case PLAIT_KERR_TIMEOUT:
         return "a wait passed PLAIT_COLL_TIMEOUT";
     case PLAIT_KERR_SIZE:
@@ -899,6 +911,22 @@ plait_result_t plait_cuda_poll_error(struct plait_comm *comm)
 int plait_cuda_cta_cap(const struct plait_comm *comm)
 {
     return comm->cuda ? comm->cuda->cta_cap : -1;
+}
+
+void *plait_cuda_ctx(const struct plait_comm *comm)
+{
+    return comm->cuda ? comm->cuda->ctx : NULL;
+}
+
+uint64_t plait_cuda_ce_done_word(const struct plait_comm *comm, const uint64_t **host_out)
+{
+    struct plait_cuda_comm *cc = comm->cuda;
+    if (!cc || !cc->ctl) {
+        *host_out = NULL;
+        return 0;
+    }
+    *host_out = (const uint64_t *)(cc->ctl + CTL_CE_DONE_OFF);
+    return cc->ctl_dev + CTL_CE_DONE_OFF;
 }
 
 int plait_cuda_ll_ok(const struct plait_comm *comm)
@@ -1256,8 +1284,8 @@ static plait_result_t launch_one(struct plait_comm *comm, struct plait_cuda_comm
     plait_result_t s = plan_get(comm, cc, ops, nops, &pl);
     if (s)
         return s;
-    /* Any op may reach a proxied peer: the proxy watches every launch. */
-    const int proxied = cc->has_proxy;
+    /* Any op may reach a proxied or mortal peer: the proxy watches every launch. */
+    const int proxied = cc->watched;
     if ((s = order_after_last(cc, stream, capturing, fn)))
         return s;
     const struct plait_cu *cu = cc->cu;

@@ -61,6 +61,14 @@ plait_result_t plait_cuda_poll_error(struct plait_comm *comm);
  * device state. Agreed by every rank at init. */
 int plait_cuda_cta_cap(const struct plait_comm *comm);
 
+/* The communicator's CUDA context (NULL without device state). */
+void *plait_cuda_ctx(const struct plait_comm *comm);
+
+/* The host-mapped word in which copy-engine collectives (ce.c) record, on
+ * their stream, the sequence number of the last one done: its device
+ * address (0 without device state), and its host address in *host_out. */
+uint64_t plait_cuda_ce_done_word(const struct plait_comm *comm, const uint64_t **host_out);
+
 /* Whether device ops may run the kernel's LL protocol: no rank of the
  * communicator has a proxied (socket) connection. Agreed at init. */
 int plait_cuda_ll_ok(const struct plait_comm *comm);
@@ -88,7 +96,8 @@ plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out,
  * the pair to the communicator's proxy. */
 plait_result_t plait_cuda_proxy_conn(struct plait_comm *comm, struct plait_conn *hc, struct plait_dev_conn *dc);
 
-/* Starts the communicator's proxy thread (when it has proxied connections). */
+/* Starts the communicator's proxy thread (when it has proxied connections,
+ * or peers to watch: plait_cuda_proxy_watch). */
 plait_result_t plait_cuda_proxy_start(struct plait_comm *comm);
 
 /* Stops and joins the proxy thread, frees its FIFOs. */
@@ -107,8 +116,11 @@ void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq);
  * (kargs.status: [0] = completed launches) and the abort word
  * (kargs.abort_flag), which the proxy raises when a proxied peer fails so that
  * every kernel wait ends. coll.c calls it before plait_cuda_proxy_start
- * (start fails without it when there are proxied connections). */
-void plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word);
+ * (start fails without it when there are proxied connections). watch_peers:
+ * some peer is in another process; the thread then runs (even with no
+ * proxied connection) and fails a launch whose peer is gone, naming it. */
+plait_result_t plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word,
+                                      int watch_peers);
 
 /* 1 while the proxy may be using the communicator's socket connections (a
  * kicked launch not yet complete, or its sends not yet on the wire), else 0
@@ -129,6 +141,21 @@ int plait_cuda_proxy_busy(struct plait_comm *comm);
  * the proxy then serves the connections for the communicator's life (a graph
  * may be replayed at any time), so host operations on it are refused. */
 int plait_cuda_proxy_captured(struct plait_comm *comm);
+
+/* A copy-engine collective (ce.c) with sequence number ce_seq was issued
+ * (outside a capture): the proxy thread, when it watches peers, checks them
+ * until the CE done word (plait_cuda_ce_done_word) reaches ce_seq; if a peer
+ * is gone meanwhile it releases the stream's waits on flags
+ * (plait_cuda_ce_release_waits) after recording the error. */
+void plait_cuda_proxy_kick_ce(struct plait_comm *comm, uint64_t ce_seq);
+
+/* ---------------------------------------------------------------- ce.c */
+
+/* Sets every flag this rank's copy-engine collectives wait for (every
+ * peer's READY and DONE), on `stream` (the caller's context current): after
+ * a peer is gone, the stream waits no deadline ends would block the stream
+ * forever. The data is then garbage; the communicator is in error. */
+int plait_cuda_ce_release_waits(struct plait_comm *comm, void *stream);
 
 /* ---------------------------------------------------------------- ce.c
  * Memory windows (plait_comm_window_register, include/plait.h) and the

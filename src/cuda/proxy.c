@@ -33,11 +33,22 @@
  * sleeps in growing steps (at most PROXY_MAX_NAP_NS), so that ranks sharing
  * cores with their proxies keep making progress.
  *
+ * The same thread watches the peers of a communicator with ranks in other
+ * processes even when it has no proxied connection (then it moves nothing):
+ * a kernel cannot see a process die, and without a watcher a launch whose
+ * peer is gone (dead before the call, or killed during it) would wait out
+ * PLAIT_COLL_TIMEOUT. While a launch is in flight it checks the peers every
+ * PROXY_PEER_CHECK_NS (plait_comm_check_peers, as a CPU wait does): a death
+ * published by another rank, or a peer process gone (its pidfd) while no
+ * launch completes for PROXY_EXITED_GRACE_S (not for captured graphs: no
+ * launch is known to be in flight), fails the launch.
+ *
  * Failures: a transport error (the peer reset or sent garbage) or a peer gone
- * while a launch waits and nothing moves for PROXY_GONE_GRACE_S, and the
- * communicator's abort flag, raise the kernel's abort word (every kernel wait
- * ends with PLAIT_KERR_ABORT) and record the communicator's asynchronous error
- * naming the peer. The proxy then moves nothing more. */
+ * while a launch waits and nothing moves for PROXY_GONE_GRACE_S, a peer found
+ * gone as above, and the communicator's abort flag, raise the kernel's abort
+ * word (every kernel wait ends with PLAIT_KERR_ABORT) and record the
+ * communicator's asynchronous error naming the rank that failed first
+ * (plait_comm_peer_gone's words). The proxy then moves nothing more. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +69,10 @@
 #define PROXY_MAX_NAP_NS 50000      /* longest sleep between polls while a launch is in flight */
 #define PROXY_YIELD_NS 1000000      /* yield (rather than sleep) for this long after the spin */
 #define PROXY_IDLE_WAIT_NS 100000000 /* an idle proxy re-checks stop/abort this often */
-#define PROXY_GONE_GRACE_S 2.0      /* a gone peer and nothing moving for this long: the launch is stuck */
+#define PROXY_GONE_GRACE_S 0.5      /* a gone peer and nothing moving for this long: the launch is stuck */
+#define PROXY_EXITED_GRACE_S 0.5    /* a peer process gone and no launch completing for this long: stuck */
+#define PROXY_PEER_CHECK_NS 1000000 /* peers are checked this often while a launch is in flight */
+#define PROXY_WATCH_NAP_NS 1000000  /* a proxy with no connection to move polls this often */
 
 /* One proxied connection: the pinned block holds, in order, the four counter
  * lines (ktx tail, ktx head, krx tail, krx head), the two size arrays and the
@@ -95,6 +109,10 @@ struct plait_cuda_proxy {
     int sleeping;              /* the thread is (about to be) waiting on cond: kicks must signal */
     int stop;
     int failed;                /* an error was recorded: nothing moves any more */
+    int watch_peers;           /* some peer is in another process: watch for its death */
+    const uint64_t *ce_word;   /* the copy-engine collectives' done word (plait_cuda_ce_done_word) */
+    uint64_t ce_target;        /* the last copy-engine collective issued (plait_cuda_proxy_kick_ce) */
+    void *rel_stream;          /* the thread's stream for plait_cuda_ce_release_waits, made when needed */
     uint64_t target;           /* status[0] value the kicked launches reach */
     uint64_t finished;         /* the target the thread last saw reached and flushed */
 };
@@ -202,17 +220,47 @@ plait_result_t plait_cuda_proxy_conn(struct plait_comm *comm, struct plait_conn 
     return PLAIT_SUCCESS;
 }
 
-void plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word)
+plait_result_t plait_cuda_proxy_watch(struct plait_comm *comm, const uint64_t *status, uint32_t *abort_word,
+                                      int watch_peers)
 {
     struct plait_cuda_proxy *px = comm->cuda_proxy;
-    if (!px)
-        return;
+    if (!px && !watch_peers)
+        return PLAIT_SUCCESS;
+    plait_result_t res = proxy_get(comm, &px);
+    if (res)
+        return res;
     px->status = status;
     px->abort_word = abort_word;
+    px->watch_peers = watch_peers;
+    plait_cuda_ce_done_word(comm, &px->ce_word);
+    return PLAIT_SUCCESS;
 }
 
-/* Raises the kernel's abort word and records `msg` as the communicator's
- * asynchronous error (the first error wins there). */
+/* Copy-engine collectives issued and not yet done on their streams. */
+static int ce_busy(const struct plait_cuda_proxy *px)
+{
+    return px->ce_word && __atomic_load_n(&px->ce_target, __ATOMIC_SEQ_CST) > __atomic_load_n(px->ce_word, __ATOMIC_ACQUIRE);
+}
+
+/* After a failure: the copy-engine collectives' stream waits have no
+ * deadline, so the flags they wait for are set from here (their data is
+ * garbage; the communicator is in error). */
+static void release_ce(struct plait_cuda_proxy *px)
+{
+    if (!px->rel_stream) {
+        void *ctx = plait_cuda_ctx(px->comm);
+        if (!ctx || px->cu->CtxSetCurrent(ctx) ||
+            px->cu->StreamCreateWithPriority(&px->rel_stream, PLAIT_CU_STREAM_NON_BLOCKING, 0)) {
+            px->rel_stream = NULL;
+            return;
+        }
+    }
+    plait_cuda_ce_release_waits(px->comm, px->rel_stream);
+}
+
+/* Raises the kernel's abort word, records `msg` as the communicator's
+ * asynchronous error (the first error wins there) and puts the communicator
+ * in error. */
 static void proxy_fail(struct plait_cuda_proxy *px, plait_result_t res, const char *msg)
 {
     if (px->abort_word)
@@ -220,6 +268,9 @@ static void proxy_fail(struct plait_cuda_proxy *px, plait_result_t res, const ch
     if (!px->failed) {
         PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "%s", msg);
         plait_comm_set_async_error(px->comm, res, msg);
+        /* Later calls fail naming it (copy-engine collectives have no kernel
+         * status word for plait_cuda_poll_error to find). */
+        __atomic_store_n(&px->comm->in_error, 1, __ATOMIC_RELEASE);
     }
     px->failed = 1;
 }
@@ -321,7 +372,8 @@ static void proxy_idle(struct plait_cuda_proxy *px)
     pthread_mutex_lock(&px->lock);
     __atomic_store_n(&px->sleeping, 1, __ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&px->stop, __ATOMIC_SEQ_CST) &&
-        __atomic_load_n(&px->target, __ATOMIC_SEQ_CST) <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED)) {
+        __atomic_load_n(&px->target, __ATOMIC_SEQ_CST) <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED) &&
+        !ce_busy(px)) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += PROXY_IDLE_WAIT_NS;
@@ -335,16 +387,71 @@ static void proxy_idle(struct plait_cuda_proxy *px)
     pthread_mutex_unlock(&px->lock);
 }
 
+/* The launch in flight cannot complete because `peer` is gone: the error
+ * names the rank that failed first (plait_comm_peer_gone; this thread may
+ * wait there up to PLAIT_BLAME_GRACE_S for the evidence). */
+static void proxy_fail_gone(struct plait_cuda_proxy *px, int peer, const char *what)
+{
+    struct plait_comm *comm = px->comm;
+    plait_comm_peer_gone(comm, peer, what);
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "device operation on rank %d: %s", comm->rank, plait_last_error_get());
+    proxy_fail(px, PLAIT_ERR_REMOTE, msg);
+}
+
+/* The peer checks of a launch in flight (at most every PROXY_PEER_CHECK_NS):
+ * a death another rank published, or the abort flag, fails it at once, as in
+ * a CPU wait (plait_comm_check_waiting); a peer process that is gone fails
+ * it once no launch has completed for PROXY_EXITED_GRACE_S since it was seen
+ * gone (what it left in our FIFOs may still let the launch finish). Returns
+ * 1 when the launch was failed. */
+static int watch_peers(struct plait_cuda_proxy *px, uint64_t target, uint64_t done, double *exited_since,
+                       uint64_t *exited_done, uint64_t *checked_ns)
+{
+    struct plait_comm *comm = px->comm;
+    const uint64_t now = plait_now_ns();
+    if (*checked_ns && now - *checked_ns < PROXY_PEER_CHECK_NS)
+        return 0;
+    *checked_ns = now;
+    if (plait_comm_check_waiting(comm)) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "device operation on rank %d: %s", comm->rank, plait_last_error_get());
+        proxy_fail(px, PLAIT_ERR_REMOTE, msg);
+        return 1;
+    }
+    /* A captured graph keeps the target at PLAIT_PROXY_FOREVER whether or not
+     * a replay runs: a peer that has exited may just be done with the job. */
+    if (target == PLAIT_PROXY_FOREVER && !ce_busy(px))
+        return 0;
+    int exited = -1;
+    for (int p = 0; p < comm->nranks && exited < 0 && comm->peer_exited; p++)
+        if (p != comm->rank && __atomic_load_n(&comm->peer_exited[p], __ATOMIC_ACQUIRE))
+            exited = p;
+    if (exited < 0)
+        return 0;
+    if (*exited_since == 0 || done != *exited_done) {
+        *exited_since = plait_now();
+        *exited_done = done;
+        return 0;
+    }
+    if (plait_now() - *exited_since <= PROXY_EXITED_GRACE_S)
+        return 0;
+    proxy_fail_gone(px, exited, "its process exited while a device operation waits for it");
+    return 1;
+}
+
 static void *proxy_main(void *arg)
 {
     struct plait_cuda_proxy *px = arg;
     struct plait_comm *comm = px->comm;
     const uint64_t spin_ns = comm->spin_ns > 0 ? (uint64_t)comm->spin_ns : 0;
-    uint64_t quiet_since = 0, nap_ns = 0;
-    double gone_quiet_since = 0;
+    uint64_t quiet_since = 0, nap_ns = 0, exited_done = 0, checked_ns = 0;
+    double gone_quiet_since = 0, exited_since = 0;
     while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
         const uint64_t target = __atomic_load_n(&px->target, __ATOMIC_SEQ_CST);
-        if (target <= __atomic_load_n(&px->finished, __ATOMIC_RELAXED)) {
+        const uint64_t finished = __atomic_load_n(&px->finished, __ATOMIC_RELAXED);
+        const int ce = ce_busy(px);
+        if (target <= finished && !ce) {
             proxy_idle(px);
             continue;
         }
@@ -355,22 +462,37 @@ static void *proxy_main(void *arg)
             proxy_fail(px, PLAIT_ERR_REMOTE, msg);
         }
         if (px->failed) {
-            /* Nothing moves any more: the launches end through the abort word. */
+            /* Nothing moves any more: the launches end through the abort word,
+             * the copy-engine collectives through their flags. */
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
+            if (ce) {
+                release_ce(px);
+                nap(10 * PROXY_WATCH_NAP_NS);
+            }
             continue;
         }
         /* Acquire the completion count first: the kernel's FIFO stores of a
-         * completed launch are then visible to pair_drained. */
+         * completed launch are then visible to pair_drained. Progress of the
+         * copy-engine collectives counts too. */
         const uint64_t done = __atomic_load_n(px->status, __ATOMIC_ACQUIRE);
+        const uint64_t progress = done + (px->ce_word ? __atomic_load_n(px->ce_word, __ATOMIC_ACQUIRE) : 0);
         int moved = 0, drained = 1;
         const struct proxy_pair *gone = NULL;
         for (int i = 0; i < px->npairs && !px->failed; i++) {
             struct proxy_pair *pp = &px->pairs[i];
             plait_result_t res = pair_step(pp, &moved);
             if (res) {
-                char msg[1024];
-                snprintf(msg, sizeof(msg), "proxy: rank %d: device connection with %s failed: %s", comm->rank,
-                         pp->peer_str, plait_last_error_get());
+                char msg[1024], why[768];
+                snprintf(why, sizeof(why), "%s", plait_last_error_get());
+                if (pp->hc->peer_gone) {
+                    /* The peer went away: name the rank that failed first. */
+                    plait_comm_peer_gone(comm, pp->hc->peer, why);
+                    snprintf(why, sizeof(why), "%s", plait_last_error_get());
+                    snprintf(msg, sizeof(msg), "device operation on rank %d: %s", comm->rank, why);
+                } else {
+                    snprintf(msg, sizeof(msg), "proxy: rank %d: device connection with %s failed: %s", comm->rank,
+                             pp->peer_str, why);
+                }
                 proxy_fail(px, res == PLAIT_ERR_INTERNAL ? res : PLAIT_ERR_REMOTE, msg);
                 break;
             }
@@ -380,12 +502,13 @@ static void *proxy_main(void *arg)
         }
         if (px->failed)
             continue;
-        if (done >= target && drained) {
+        if (done >= target && drained && target > finished) {
             /* Release: our last uses of the host connections come before a
              * CPU executor's acquire in plait_cuda_proxy_busy. */
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
             quiet_since = 0;
             gone_quiet_since = 0;
+            exited_since = 0;
             continue;
         }
         if (moved) {
@@ -400,13 +523,16 @@ static void *proxy_main(void *arg)
             if (gone_quiet_since == 0) {
                 gone_quiet_since = plait_now();
             } else if (plait_now() - gone_quiet_since > PROXY_GONE_GRACE_S) {
-                char msg[512];
-                snprintf(msg, sizeof(msg),
-                         "proxy: rank %d: %s closed its connection while a device operation waits for it", comm->rank,
-                         gone->peer_str);
-                proxy_fail(px, PLAIT_ERR_REMOTE, msg);
+                proxy_fail_gone(px, gone->hc->peer, "it closed its connection while a device operation waits for it");
                 continue;
             }
+        }
+        if (px->watch_peers && watch_peers(px, target, progress, &exited_since, &exited_done, &checked_ns))
+            continue;
+        if (px->npairs == 0) {
+            /* Nothing to move: no spinning for a watcher. */
+            nap(PROXY_WATCH_NAP_NS);
+            continue;
         }
         const uint64_t now = plait_now_ns();
         if (quiet_since == 0)
@@ -426,7 +552,7 @@ static void *proxy_main(void *arg)
 plait_result_t plait_cuda_proxy_start(struct plait_comm *comm)
 {
     struct plait_cuda_proxy *px = comm->cuda_proxy;
-    if (!px || px->npairs == 0 || px->has_thread)
+    if (!px || (px->npairs == 0 && !px->watch_peers) || px->has_thread)
         return PLAIT_SUCCESS;
     if (!px->status)
         return plait_error(PLAIT_ERR_INTERNAL,
@@ -437,19 +563,15 @@ plait_result_t plait_cuda_proxy_start(struct plait_comm *comm)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_cuda_proxy_start: rank %d: pthread_create: %s", comm->rank,
                            strerror(e));
     px->has_thread = 1;
-    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "proxy: rank %d moves %d device connections over sockets", comm->rank,
-               px->npairs);
+    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "proxy: rank %d moves %d device connections over sockets%s", comm->rank,
+               px->npairs, px->watch_peers ? " and watches its peers in other processes" : "");
     return PLAIT_SUCCESS;
 }
 
-void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq)
+static void kick(struct plait_cuda_proxy *px, uint64_t *target, uint64_t seq)
 {
-    struct plait_cuda_proxy *px = comm->cuda_proxy;
-    if (!px || !px->has_thread)
-        return;
-    uint64_t cur = __atomic_load_n(&px->target, __ATOMIC_RELAXED);
-    while (cur < launch_seq &&
-           !__atomic_compare_exchange_n(&px->target, &cur, launch_seq, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    uint64_t cur = __atomic_load_n(target, __ATOMIC_RELAXED);
+    while (cur < seq && !__atomic_compare_exchange_n(target, &cur, seq, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     }
     if (__atomic_load_n(&px->sleeping, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&px->lock);
@@ -458,10 +580,24 @@ void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq)
     }
 }
 
+void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq)
+{
+    struct plait_cuda_proxy *px = comm->cuda_proxy;
+    if (px && px->has_thread)
+        kick(px, &px->target, launch_seq);
+}
+
+void plait_cuda_proxy_kick_ce(struct plait_comm *comm, uint64_t ce_seq)
+{
+    struct plait_cuda_proxy *px = comm->cuda_proxy;
+    if (px && px->has_thread && px->watch_peers && px->ce_word)
+        kick(px, &px->ce_target, ce_seq);
+}
+
 int plait_cuda_proxy_busy(struct plait_comm *comm)
 {
     struct plait_cuda_proxy *px = comm->cuda_proxy;
-    if (!px || !px->has_thread)
+    if (!px || !px->has_thread || px->npairs == 0) /* a watcher holds no host connection */
         return 0;
     const uint64_t finished = __atomic_load_n(&px->finished, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&px->target, __ATOMIC_ACQUIRE) > finished)
@@ -491,6 +627,8 @@ void plait_cuda_proxy_stop(struct plait_comm *comm)
         pthread_mutex_unlock(&px->lock);
         pthread_join(px->thread, NULL);
     }
+    if (px->rel_stream)
+        px->cu->StreamDestroy(px->rel_stream);
     for (int i = 0; i < px->npairs; i++)
         if (px->pairs[i].host)
             px->cu->MemFreeHost(px->pairs[i].host);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the topology XML loader and dumper (tests/fuzz/fuzz_topo_xml.c) with
-# libFuzzer under ASan and UBSan.
+# Fuzzes the topology XML loader and dumper, and the hwloc XML rewriter
+# (tests/fuzz/fuzz_topo_xml.c) with libFuzzer under ASan and UBSan.
 #
 #   tests/fuzz/run.sh SECONDS [WORKDIR]
 #
@@ -59,7 +59,7 @@ FUZZER=$WORK/fuzz_topo_xml
 if ! "$CLANG" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 -std=gnu11 \
     -I"$ROOT/include" -I"$ROOT/src" -I"$ROOT/topology" \
     "$ROOT/tests/fuzz/fuzz_topo_xml.c" "$ROOT/topology/xml.c" "$ROOT/topology/nccl_xml.c" \
-    "$ROOT/topology/topo.c" "$ROOT/src/log.c" -lm -lpthread -o "$FUZZER" 2>"$WORK/build.log"; then
+    "$ROOT/topology/topo.c" "$ROOT/topology/hwloc_xml.c" "$ROOT/src/log.c" "$ROOT/src/file.c" -lm -lpthread -o "$FUZZER" 2>"$WORK/build.log"; then
     cat "$WORK/build.log" >&2
     echo "fuzz: build failed"
     exit 2
@@ -69,7 +69,7 @@ fi
 CORPUS=$WORK/corpus
 mkdir -p "$CORPUS"
 for f in "$ROOT"/tests/fuzz/corpus/* "$ROOT"/tests/fixtures/topo/*.xml "$ROOT"/tests/fixtures/nccl/*.xml \
-    "$ROOT"/tests/fixtures/comm/*.xml; do
+    "$ROOT"/tests/fixtures/comm/*.xml "$ROOT"/tests/fixtures/hwloc/*.xml; do
     [ -f "$f" ] && cp "$f" "$CORPUS/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
 done
 
