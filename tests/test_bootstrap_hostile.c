@@ -93,6 +93,8 @@ struct child_report {
 
 /* Rank 1 in a process of its own (its own fd table and limit, as a real rank):
  * reports its listener's port on port_fd and its result on result_fd. */
+static int read_within(int fd, void *buf, size_t n, double timeout_s);
+
 static void rank1_child(const plait_unique_id_t *id, double timeout_s, int port_fd, int result_fd)
 {
     static struct watcher w;
@@ -193,21 +195,34 @@ static struct formation form_with_idle(int n, double timeout_s)
 {
     struct formation f;
     plait_unique_id_t id;
-    int port_pipe[2], result_pipe[2];
+    int port_pipe[2], result_pipe[2], id_pipe[2];
     int *fds = calloc((size_t)(n > 0 ? n : 1), sizeof(*fds));
 
     memset(&f, 0, sizeof(f));
     cr_assert(fds);
-    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, timeout_s, &id), PLAIT_SUCCESS, "%s", plait_last_error_get());
     cr_assert_eq(pipe2(port_pipe, O_CLOEXEC), 0);
     cr_assert_eq(pipe2(result_pipe, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(id_pipe, O_CLOEXEC), 0);
+    /* The rank's process is forked while this one has no other thread: a
+     * child forked while a root thread holds a lock (the allocator's, under
+     * ASan) can block on it for ever. So the previous formation's root must
+     * have ended, and this one's root starts after the fork; the child gets
+     * the id through a pipe. */
+    expect_roots_gone(10);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         close(port_pipe[0]);
         close(result_pipe[0]);
+        close(id_pipe[1]);
+        if (!read_within(id_pipe[0], &id, sizeof(id), timeout_s))
+            _exit(4);
         rank1_child(&id, timeout_s, port_pipe[1], result_pipe[1]);
     }
+    close(id_pipe[0]);
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, timeout_s, &id), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    cr_assert_eq(write(id_pipe[1], &id, sizeof(id)), (ssize_t)sizeof(id));
+    close(id_pipe[1]);
     close(port_pipe[1]);
     close(result_pipe[1]);
 
