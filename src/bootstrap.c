@@ -1520,17 +1520,34 @@ err_free:
 
 /* ---------------------------------------------------------------- ring collectives */
 
-static void notice_send(int fd, int culprit)
+/* Sends a notice whole: a part of one would break the connection's framing.
+ * wait_s: how long a full socket may make it wait (a ring step's bytes the
+ * neighbour has not read yet); past that, or on a connection that failed,
+ * the notice is dropped. Touches no last-error string (the caller's error
+ * may be built already). */
+static void notice_send(int fd, int culprit, double wait_s)
 {
     uint8_t msg[BS_STEP_BYTES];
     memset(msg, 0, sizeof(msg));
     put_u32(msg, BS_NOTICE_MAGIC);
     put_u32(msg + 4, (uint32_t)culprit);
-    /* 24 bytes between two ring steps (or into a connection that carries
-     * nothing else by now): they fit in the socket buffer; a dead
-     * neighbour's connection just fails. */
-    if (fd >= 0)
-        (void)send(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const double until = plait_deadline(wait_s), until_part = plait_deadline(wait_s + 10);
+    size_t off = 0;
+    while (fd >= 0 && off < sizeof(msg)) {
+        ssize_t n = send(fd, msg + off, sizeof(msg) - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return; /* a dead neighbour's connection just fails */
+        /* Once a part is sent the rest must follow, for a while longer (a
+         * stalled neighbour still ends it: the ring is broken then anyway). */
+        if (plait_deadline_passed(off == 0 ? until : until_part))
+            return;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        (void)poll(&pfd, 1, 10);
+    }
 }
 
 /* With ring_lock held: sends the notice that waits for next_fd, if any. */
@@ -1538,7 +1555,7 @@ static void notice_flush_locked(struct plait_bootstrap *bs)
 {
     const int pending = __atomic_exchange_n(&bs->notice_pending, 0, __ATOMIC_SEQ_CST);
     if (pending > 0)
-        notice_send(bs->next_fd, pending - 1);
+        notice_send(bs->next_fd, pending - 1, 1.0);
 }
 
 /* Releases ring_lock; a notice that another thread left pending meanwhile is
@@ -1585,7 +1602,7 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
          * this walk ends. */
         const int pending = __atomic_exchange_n(&bs->notice_pending, 0, __ATOMIC_SEQ_CST);
         if (pending > 0) {
-            notice_send(bs->next_fd, pending - 1);
+            notice_send(bs->next_fd, pending - 1, 1.0);
             status = plait_error(PLAIT_ERR_REMOTE, "rank %d died (as this rank found)", pending - 1);
             goto err_broken;
         }
@@ -1735,7 +1752,7 @@ void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit)
      * next_fd, a ring step may be half sent: the notice waits for the lock,
      * never blocking on it (this thread may hold it itself, or a walk on
      * another thread may wait long); its holder sends it (ring_unlock). */
-    notice_send(bs->prev_fd, culprit);
+    notice_send(bs->prev_fd, culprit, 0);
     __atomic_store_n(&bs->notice_pending, culprit + 1, __ATOMIC_SEQ_CST);
     if (pthread_mutex_trylock(&bs->ring_lock) == 0)
         ring_unlock(bs);
