@@ -112,9 +112,15 @@ struct plait_bootstrap {
     uint8_t secret[PLAIT_SECRET_BYTES];
     char next_str[PLAIT_SOCKADDR_STRLEN];
     char prev_str[PLAIT_SOCKADDR_STRLEN];
-    /* Death notices (see below). in_op: a ring operation owns the ring's
-     * reads (atomic; the notice reader keeps off prev_fd meanwhile). */
-    int in_op;
+    /* ring_lock: held by a ring operation for its whole walk, so that no
+     * other thread reads prev_fd or writes next_fd in the middle of a step;
+     * the notice reader and sender only try it (see below). notice_pending:
+     * culprit + 1 of a notice for next_fd that waits for the lock's holder
+     * (atomic), 0: none. */
+    pthread_mutex_t ring_lock;
+    int notice_pending;
+    /* Death notices (see below); the notice state is read and written by one
+     * thread at a time (plait_comm_check_peers holds the comm's peers_lock). */
     int has_notified;               /* this rank sent its notice */
     int heard_culprit;              /* the rank the first notice read named, -1: none */
     int heard_from;                 /* the neighbour it came from */
@@ -1452,6 +1458,7 @@ plait_result_t plait_bootstrap_init(const plait_unique_id_t *id, int rank, int n
     struct plait_bootstrap *bs = calloc(1, sizeof(*bs));
     if (!bs)
         return plait_error(PLAIT_ERR_SYSTEM, "plait_bootstrap_init: out of memory");
+    pthread_mutex_init(&bs->ring_lock, NULL);
     bs->rank = rank;
     bs->nranks = nranks;
     bs->next_fd = -1;
@@ -1505,12 +1512,64 @@ err_free:
         root_ctl_put(root_ctl);
     }
     explicit_bzero(&uid, sizeof(uid));
+    pthread_mutex_destroy(&bs->ring_lock);
     explicit_bzero(bs, sizeof(*bs));
     free(bs);
     return status;
 }
 
 /* ---------------------------------------------------------------- ring collectives */
+
+/* Sends a notice whole: a part of one would break the connection's framing.
+ * wait_s: how long a full socket may make it wait (a ring step's bytes the
+ * neighbour has not read yet); past that, or on a connection that failed,
+ * the notice is dropped. Touches no last-error string (the caller's error
+ * may be built already). */
+static void notice_send(int fd, int culprit, double wait_s)
+{
+    uint8_t msg[BS_STEP_BYTES];
+    memset(msg, 0, sizeof(msg));
+    put_u32(msg, BS_NOTICE_MAGIC);
+    put_u32(msg + 4, (uint32_t)culprit);
+    const double until = plait_deadline(wait_s), until_part = plait_deadline(wait_s + 10);
+    size_t off = 0;
+    while (fd >= 0 && off < sizeof(msg)) {
+        ssize_t n = send(fd, msg + off, sizeof(msg) - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return; /* a dead neighbour's connection just fails */
+        /* Once a part is sent the rest must follow, for a while longer (a
+         * stalled neighbour still ends it: the ring is broken then anyway). */
+        if (plait_deadline_passed(off == 0 ? until : until_part))
+            return;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        (void)poll(&pfd, 1, 10);
+    }
+}
+
+/* With ring_lock held: sends the notice that waits for next_fd, if any. */
+static void notice_flush_locked(struct plait_bootstrap *bs)
+{
+    const int pending = __atomic_exchange_n(&bs->notice_pending, 0, __ATOMIC_SEQ_CST);
+    if (pending > 0)
+        notice_send(bs->next_fd, pending - 1, 1.0);
+}
+
+/* Releases ring_lock; a notice that another thread left pending meanwhile is
+ * sent first, and one left after the release by a thread whose trylock
+ * failed is sent here too (whoever holds the lock last sends it). */
+static void ring_unlock(struct plait_bootstrap *bs)
+{
+    for (;;) {
+        notice_flush_locked(bs);
+        pthread_mutex_unlock(&bs->ring_lock);
+        if (!__atomic_load_n(&bs->notice_pending, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&bs->ring_lock) != 0)
+            return;
+    }
+}
 
 /* n-1 steps around the ring: at step s a rank sends block (rank - s) to its
  * successor and receives block (rank - s - 1) from its predecessor, sending and
@@ -1524,17 +1583,29 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
 {
     const char *op_name = op == BS_OP_ALLGATHER ? "allgather" : "barrier";
     int n = bs->nranks, prev = (bs->rank + n - 1) % n;
-    double deadline = plait_deadline(bs->timeout_s);
     plait_result_t status;
 
-    if (bs->is_broken)
+    /* One walk at a time, and no notice read or sent in its middle. */
+    pthread_mutex_lock(&bs->ring_lock);
+    double deadline = plait_deadline(bs->timeout_s);
+    if (bs->is_broken) {
+        ring_unlock(bs);
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "bootstrap %s on rank %d: the setup ring is unusable after an earlier failure", op_name,
                            bs->rank);
+    }
     uint32_t seq = ++bs->seq;
-    __atomic_store_n(&bs->in_op, 1, __ATOMIC_SEQ_CST);
     for (int step = 0; step < n - 1; step++) {
         uint8_t out[BS_STEP_BYTES], in[BS_STEP_BYTES];
+        /* A death this rank reported meanwhile (another thread): the notice
+         * goes between two steps, where the successor's walk reads it, and
+         * this walk ends. */
+        const int pending = __atomic_exchange_n(&bs->notice_pending, 0, __ATOMIC_SEQ_CST);
+        if (pending > 0) {
+            notice_send(bs->next_fd, pending - 1, 1.0);
+            status = plait_error(PLAIT_ERR_REMOTE, "rank %d died (as this rank found)", pending - 1);
+            goto err_broken;
+        }
         put_u32(out, BS_STEP_MAGIC);
         put_u32(out + 4, (uint32_t)op);
         put_u32(out + 8, seq);
@@ -1574,12 +1645,12 @@ static plait_result_t bs_ring_op(struct plait_bootstrap *bs, enum bs_op op, uint
                 goto err_broken;
         }
     }
-    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
+    ring_unlock(bs);
     return PLAIT_SUCCESS;
 
 err_broken:
-    __atomic_store_n(&bs->in_op, 0, __ATOMIC_SEQ_CST);
     bs->is_broken = 1;
+    ring_unlock(bs);
     return plait_error_context(status, "bootstrap %s #%u on rank %d of %d (next %s, prev %s)", op_name, seq, bs->rank,
                                n, bs->next_str, bs->prev_str);
 }
@@ -1677,16 +1748,14 @@ void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit)
         return;
     if (__atomic_exchange_n(&bs->has_notified, 1, __ATOMIC_ACQ_REL))
         return;
-    uint8_t msg[BS_STEP_BYTES];
-    memset(msg, 0, sizeof(msg));
-    put_u32(msg, BS_NOTICE_MAGIC);
-    put_u32(msg + 4, (uint32_t)culprit);
-    /* 24 bytes into a connection that carries nothing else by now: they fit
-     * in the socket buffer; a dead neighbour's connection just fails. */
-    const int fds[2] = {bs->next_fd, bs->prev_fd};
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            (void)send(fds[i], msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    /* Backwards, on prev_fd, only notices travel: at once. Forwards, on
+     * next_fd, a ring step may be half sent: the notice waits for the lock,
+     * never blocking on it (this thread may hold it itself, or a walk on
+     * another thread may wait long); its holder sends it (ring_unlock). */
+    notice_send(bs->prev_fd, culprit, 0);
+    __atomic_store_n(&bs->notice_pending, culprit + 1, __ATOMIC_SEQ_CST);
+    if (pthread_mutex_trylock(&bs->ring_lock) == 0)
+        ring_unlock(bs);
 }
 
 int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out)
@@ -1695,8 +1764,11 @@ int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, i
         return 0;
     const int n = bs->nranks;
     notice_read(bs, 0, bs->next_fd, (bs->rank + 1) % n);
-    if (!__atomic_load_n(&bs->in_op, __ATOMIC_SEQ_CST))
+    /* prev_fd belongs to a ring walk while one runs: skip it this time. */
+    if (pthread_mutex_trylock(&bs->ring_lock) == 0) {
         notice_read(bs, 1, bs->prev_fd, (bs->rank + n - 1) % n);
+        ring_unlock(bs);
+    }
     if (bs->heard_culprit < 0)
         return 0;
     *culprit_out = bs->heard_culprit;
@@ -1725,6 +1797,7 @@ void plait_bootstrap_close(struct plait_bootstrap *bs)
         close(bs->next_fd);
     if (bs->prev_fd >= 0)
         close(bs->prev_fd);
+    pthread_mutex_destroy(&bs->ring_lock);
     explicit_bzero(bs, sizeof(*bs));
     free(bs);
 }

@@ -119,7 +119,11 @@ int plait_bootstrap_prev_fd(const struct plait_bootstrap *bs);
  * neighbour_died: whether `rank` is a ring neighbour whose connection has
  * ended (as seen by poll_notices) with no notice first: that process died, or
  * left without reporting a failure.
- * One thread at a time per bootstrap for the three (the waiting thread). */
+ * poll_notices and neighbour_died: one thread at a time per bootstrap
+ * (plait_comm_check_peers holds the comm's peers_lock). notify_death: any
+ * thread, including one inside a ring allgather or barrier; what goes to the
+ * successor waits for the ring's lock (never blocking on it) and is sent
+ * between two ring steps. */
 void plait_bootstrap_notify_death(struct plait_bootstrap *bs, int culprit);
 int plait_bootstrap_poll_notices(struct plait_bootstrap *bs, int *culprit_out, int *from_out);
 int plait_bootstrap_neighbour_died(const struct plait_bootstrap *bs, int rank);

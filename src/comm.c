@@ -245,24 +245,31 @@ plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
     return PLAIT_SUCCESS;
 }
 
+static void check_peers_locked(struct plait_comm *comm);
+
+/* dead_peer and dead_reporter, with the peer state check_peers keeps, are
+ * written and read under peers_lock only: the CUDA proxy thread checks peers
+ * while the issuing thread builds its error. What the hot waits read
+ * (conn->peer_gone, peer_exited) is atomic besides. */
 plait_result_t plait_comm_check_waiting(struct plait_comm *comm)
 {
     if (plait_aborted(&comm->abort_flag))
         return plait_error(PLAIT_ERR_REMOTE, "communicator aborted (plait_comm_abort)");
-    plait_comm_check_peers(comm);
-    if (comm->dead_peer < 0)
+    pthread_mutex_lock(&comm->peers_lock);
+    check_peers_locked(comm);
+    const int dead = comm->dead_peer, reporter = comm->dead_reporter;
+    pthread_mutex_unlock(&comm->peers_lock);
+    if (dead < 0)
         return PLAIT_SUCCESS;
     char who[160], by[48] = "";
-    if (comm->dead_reporter >= 0)
-        snprintf(by, sizeof(by), " (as rank %d found)", comm->dead_reporter);
+    if (reporter >= 0)
+        snprintf(by, sizeof(by), " (as rank %d found)", reporter);
     plait_result_t res = plait_error(PLAIT_ERR_REMOTE,
                                      "%s died in the middle of an operation%s; the communicator is broken",
-                                     plait_peer_str(comm, comm->dead_peer, who, sizeof(who)), by);
-    plait_comm_publish_death(comm, comm->dead_peer);
+                                     plait_peer_str(comm, dead, who, sizeof(who)), by);
+    plait_comm_publish_death(comm, dead);
     return res;
 }
-
-static void check_peers_locked(struct plait_comm *comm);
 
 void plait_comm_check_peers(struct plait_comm *comm)
 {
@@ -292,7 +299,7 @@ static void check_peers_locked(struct plait_comm *comm)
             /* A socket peer's last data may still sit in our kernel buffer:
              * its EOF, read in order after that data, is what ends it. */
             if (conn && !conn->needs_progress)
-                conn->peer_gone = 1;
+                __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
         }
         const uint64_t *ops = comm->peer_ops ? comm->peer_ops[p] : NULL;
         if (ops && __atomic_load_n(&ops[PLAIT_OPS_ISSUED], __ATOMIC_ACQUIRE) >
@@ -352,19 +359,22 @@ static int blame(struct plait_comm *comm, int peer, int *reporter_out)
     *reporter_out = -1;
     const double until = plait_deadline(PLAIT_BLAME_GRACE_S);
     for (;;) {
-        plait_comm_check_peers(comm);
-        if (comm->dead_peer >= 0 && comm->dead_peer != comm->rank) {
-            if (comm->dead_peer != peer)
-                *reporter_out = comm->dead_reporter;
-            return comm->dead_peer;
-        }
+        pthread_mutex_lock(&comm->peers_lock);
+        check_peers_locked(comm);
+        const int dead = comm->dead_peer, reporter = comm->dead_reporter;
         /* A same-host peer whose header we read: check_peers has taken any
          * death it reported. A neighbour on the ring whose connection ended
          * with no notice: it died itself. */
-        if ((comm->peer_exited && comm->peer_exited[peer] && comm->peer_ops && comm->peer_ops[peer]) ||
-            plait_bootstrap_neighbour_died(comm->bs, peer))
-            return peer;
-        if (plait_deadline_passed(until))
+        const int died = (comm->peer_exited && __atomic_load_n(&comm->peer_exited[peer], __ATOMIC_ACQUIRE) &&
+                          comm->peer_ops && comm->peer_ops[peer]) ||
+                         plait_bootstrap_neighbour_died(comm->bs, peer);
+        pthread_mutex_unlock(&comm->peers_lock);
+        if (dead >= 0 && dead != comm->rank) {
+            if (dead != peer)
+                *reporter_out = reporter;
+            return dead;
+        }
+        if (died || plait_deadline_passed(until))
             return peer;
         usleep(1000);
     }

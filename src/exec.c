@@ -49,7 +49,7 @@ static plait_result_t peer_gone_error(const struct plait_task *t, int peer, cons
 static plait_result_t conn_progress(struct plait_comm *comm, struct plait_conn *c)
 {
     plait_result_t res = c->tp->progress(c);
-    if (res == PLAIT_SUCCESS || !c->peer_gone)
+    if (res == PLAIT_SUCCESS || !plait_conn_peer_gone(c))
         return res;
     char detail[512];
     snprintf(detail, sizeof(detail), "%s", plait_last_error_get());
@@ -156,7 +156,7 @@ static int sc_wants(struct plait_task *t, const struct plait_conn *c, uint64_t b
 static plait_result_t sc_pending_gone(const struct plait_task *t)
 {
     for (int i = 0; i < t->sc_npend; i++)
-        if (t->sc_pend[i].conn->peer_gone)
+        if (plait_conn_peer_gone(t->sc_pend[i].conn))
             return peer_gone_error(t, t->sc_pend[i].conn->peer,
                                    "before it read the bytes this rank published for single copy");
     return PLAIT_SUCCESS;
@@ -201,7 +201,7 @@ static int sc_try_publish(struct plait_task *t, struct plait_conn *c, const char
 {
     void *slot = plait_conn_send_slot(c);
     if (!slot) {
-        if (!c->peer_gone)
+        if (!plait_conn_peer_gone(c))
             return 0;
         *err = peer_gone_error(t, c->peer, "waiting for it to drain its buffers");
         return -1;
@@ -369,7 +369,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
     for (int budget = 0; budget < PIECES_PER_ADVANCE && t->piece_off < st->count; budget++) {
         void *out = plait_conn_send_slot(sc);
         if (!out) {
-            if (sc->peer_gone) {
+            if (plait_conn_peer_gone(sc)) {
                 *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
                 return ADV_ERROR;
             }
@@ -387,7 +387,7 @@ static int sendrecv_advance(struct plait_task *t, int *done, plait_result_t *err
         uint32_t got = 0;
         const void *in = plait_conn_recv_slot(rc, &got);
         if (!in) {
-            if (rc->peer_gone) {
+            if (plait_conn_peer_gone(rc)) {
                 *err = peer_gone_error(t, st->recv_peer, "waiting for its data");
                 return ADV_ERROR;
             }
@@ -557,7 +557,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             uint32_t got = 0;
             in = plait_conn_recv_slot(rc, &got);
             if (!in) {
-                if (rc->peer_gone) {
+                if (plait_conn_peer_gone(rc)) {
                     *err = peer_gone_error(t, st->recv_peer, "waiting for its data");
                     return ADV_ERROR;
                 }
@@ -583,7 +583,7 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
                 return ADV_ERROR;
             out = plait_conn_send_slot(sc);
             if (!out) {
-                if (sc->peer_gone) {
+                if (plait_conn_peer_gone(sc)) {
                     *err = peer_gone_error(t, st->send_peer, "waiting for it to drain its buffers");
                     return ADV_ERROR;
                 }
@@ -758,7 +758,7 @@ static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed
         if (res)
             return res;
         if (!c->tp->is_flushed(c)) {
-            if (c->peer_gone)
+            if (plait_conn_peer_gone(c))
                 return plait_comm_peer_gone(comm, c->peer, "before it received our data");
             *all_flushed = 0;
         }

@@ -1084,3 +1084,97 @@ Test(bootstrap, threads_ipv6, .timeout = 10)
     free(c);
     expect_roots_gone(2);
 }
+
+/* A death notice sent from another thread while this rank's ring allgather
+ * is in the middle of a step (its block is half sent: the successor reads
+ * late) goes between two steps, never inside the step's bytes: the
+ * successor fails naming the dead rank, and never misreads the ring. */
+struct notice_mid_ctx {
+    struct rank_ctx rc;
+    struct plait_bootstrap *bs;
+    int in_allgather; /* rank 0: set just before its allgather */
+};
+
+#define NOTICE_MID_BLOCK (24u << 20) /* more than loopback's socket buffers hold */
+
+static void *notice_mid_rank(void *p)
+{
+    struct notice_mid_ctx *m = p;
+    struct rank_ctx *c = &m->rc;
+    c->result = plait_bootstrap_init(&c->id, c->rank, c->nranks, &c->opts, &m->bs);
+    if (c->result != PLAIT_SUCCESS) {
+        snprintf(c->err, sizeof(c->err), "%s", plait_last_error_get());
+        __atomic_store_n(&m->in_allgather, -1, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    uint8_t *buf = malloc(NOTICE_MID_BLOCK * (size_t)c->nranks);
+    if (!buf) {
+        c->result = PLAIT_ERR_SYSTEM;
+        return NULL;
+    }
+    for (size_t i = 0; i < NOTICE_MID_BLOCK; i++)
+        buf[(size_t)c->rank * NOTICE_MID_BLOCK + i] = pattern(c->rank, i, 0);
+    if (c->rank == 1)
+        sleep_ms(400); /* rank 0's block waits, half sent, for this rank to read it */
+    __atomic_store_n(&m->in_allgather, 1, __ATOMIC_RELEASE);
+    c->result = plait_bootstrap_allgather(m->bs, buf, NOTICE_MID_BLOCK);
+    for (int p = 0; c->result == PLAIT_SUCCESS && p < c->nranks; p++)
+        for (size_t i = 0; i < NOTICE_MID_BLOCK; i++)
+            if (buf[(size_t)p * NOTICE_MID_BLOCK + i] != pattern(p, i, 0)) {
+                c->result = plait_error(PLAIT_ERR_INTERNAL, "rank %d: wrong byte %zu of rank %d's block", c->rank,
+                                        i, p);
+                break;
+            }
+    snprintf(c->err, sizeof(c->err), "%s", c->result == PLAIT_SUCCESS ? "" : plait_last_error_get());
+    free(buf);
+    return NULL;
+}
+
+Test(bootstrap, notice_from_another_thread_mid_step, .timeout = 40)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_bootstrap_create_root(LO, NULL, 10, &id), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    enum { N = 3 };
+    struct rank_ctx *base = make_ranks(&id, N, 10, 0, 0);
+    struct notice_mid_ctx m[N];
+    memset(m, 0, sizeof(m));
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        m[i].rc = base[i];
+        cr_assert_eq(pthread_create(&t[i], NULL, notice_mid_rank, &m[i]), 0);
+    }
+    /* Rank 0's other thread: rank 2 died, it says, while rank 0's step is
+     * under way. */
+    double until = plait_deadline(20);
+    while (__atomic_load_n(&m[0].in_allgather, __ATOMIC_ACQUIRE) == 0 && !plait_deadline_passed(until))
+        sleep_ms(1);
+    if (__atomic_load_n(&m[0].in_allgather, __ATOMIC_ACQUIRE) == 1) {
+        sleep_ms(150);
+        plait_bootstrap_notify_death(m[0].bs, 2);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    /* Rank 1, the notifier's successor: the right data (the notice came
+     * after its walk) or an error naming rank 2, never a misread ring; and
+     * the notice is not lost (a send into the half-full socket once dropped
+     * it). */
+    cr_assert(m[1].rc.result == PLAIT_SUCCESS ||
+                  (m[1].rc.result == PLAIT_ERR_REMOTE && strstr(m[1].rc.err, "rank 2 died") != NULL),
+              "rank 1: %d: %s", (int)m[1].rc.result, m[1].rc.err);
+    if (m[1].rc.result == PLAIT_SUCCESS) {
+        int culprit = -1, from = -1, heard = 0;
+        until = plait_deadline(5);
+        while (!(heard = plait_bootstrap_poll_notices(m[1].bs, &culprit, &from)) && !plait_deadline_passed(until))
+            sleep_ms(5);
+        cr_assert(heard && culprit == 2 && from == 0,
+                  "rank 1 finished its allgather and never heard rank 0's notice that rank 2 died (heard %d: %d from %d)",
+                  heard, culprit, from);
+    }
+    cr_assert_eq(m[0].rc.result == PLAIT_SUCCESS, m[1].rc.result == PLAIT_SUCCESS, "rank 0: %s; rank 1: %s",
+                 m[0].rc.err, m[1].rc.err);
+    cr_log_info("rank 0: %s; rank 1: %s", m[0].rc.result ? m[0].rc.err : "ok", m[1].rc.result ? m[1].rc.err : "ok");
+    for (int i = 0; i < N; i++)
+        plait_bootstrap_close(m[i].bs);
+    free(base);
+    expect_roots_gone(2);
+}

@@ -107,7 +107,7 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 break;
-            conn->peer_gone = 1;
+            __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
             return plait_error(PLAIT_ERR_REMOTE, "socket: send to %s failed: %s (peer gone?)", t->peer_str,
                                strerror(errno));
         }
@@ -129,7 +129,7 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
         }
         if (n == 0) {
             t->eof = 1;
-            conn->peer_gone = 1;
+            __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
             if (t->rx_off != 0)
                 return conn_fail(t, PLAIT_ERR_REMOTE, "connection closed in the middle of a message");
             break;
@@ -137,7 +137,7 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 break;
-            conn->peer_gone = 1;
+            __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
             return plait_error(PLAIT_ERR_REMOTE, "socket: receive from %s failed: %s", t->peer_str, strerror(errno));
         }
         t->rx_off += (size_t)n;

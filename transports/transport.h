@@ -105,7 +105,10 @@ struct plait_conn {
     uint64_t *rx_head;       /* written by us (release) */
     uint64_t rx_consumed;
     /* set when the peer is known gone (process exit, EOF); data already in the
-     * FIFO is still consumed, only a wait for more becomes an error */
+     * FIFO is still consumed, only a wait for more becomes an error. Atomic:
+     * plait_comm_check_peers (maybe on the CUDA proxy thread) and the socket
+     * transport's progress set it while the executor's waits read it
+     * (plait_conn_peer_gone). */
     int peer_gone;
     void *priv;              /* transport's own state */
     /* single copy: enum plait_sc_mode (both ends agree: set at setup from an
@@ -119,6 +122,13 @@ struct plait_conn {
     uint64_t sc_tx_descs;
     uint64_t sc_rx_descs;
 };
+
+/* Whether the peer of `c` is known gone (acquire: what it left before is
+ * read after). The per-step waits call it: one atomic load, no lock. */
+static inline int plait_conn_peer_gone(const struct plait_conn *c)
+{
+    return __atomic_load_n(&c->peer_gone, __ATOMIC_ACQUIRE);
+}
 
 /* A descriptor a task has published and its receiver has not released yet:
  * the bytes [addr, addr + len) must stay unchanged until tx_head passes seq. */

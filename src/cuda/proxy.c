@@ -484,7 +484,7 @@ static void *proxy_main(void *arg)
             if (res) {
                 char msg[1024], why[768];
                 snprintf(why, sizeof(why), "%s", plait_last_error_get());
-                if (pp->hc->peer_gone) {
+                if (plait_conn_peer_gone(pp->hc)) {
                     /* The peer went away: name the rank that failed first. */
                     plait_comm_peer_gone(comm, pp->hc->peer, why);
                     snprintf(why, sizeof(why), "%s", plait_last_error_get());
@@ -497,7 +497,7 @@ static void *proxy_main(void *arg)
                 break;
             }
             drained = drained && pair_drained(pp);
-            if (pp->hc->peer_gone && !gone)
+            if (plait_conn_peer_gone(pp->hc) && !gone)
                 gone = pp;
         }
         if (px->failed)
