@@ -1,11 +1,11 @@
 /* The algorithm table, PLAIT_ALGO parsing and the default selection rule. */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "../src/log.h"
+#include "base/log.h"
 
 static int ring_supports(int coll, int nranks)
 {
@@ -205,7 +205,7 @@ plait_result_t plait_algo_parse(const char *spec, int strict, const char *varnam
 }
 
 /* The default rule, the choice without a model (docs/algorithms.md,
- * "Selection"): the tuner (src/tuner.c) uses it for collectives or machines
+ * "Selection"): the tuner (tuning/tuner.c) uses it for collectives or machines
  * its cost model does not cover. Returns an algorithm id for (coll, bytes, nranks, nhosts), or
  * with bytes == UINT64_MAX sets may[] to every id the rule can return for
  * nranks (any size, any host count). */

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "plait.h"
-#include "schedule.h"
+#include "algorithms/schedule.h"
 
 enum plait_algo_id {
     PLAIT_ALGO_AUTO = 0,
@@ -67,7 +67,7 @@ const char *plait_coll_name(int coll);
 plait_result_t plait_algo_parse(const char *spec, int strict, const char *varname, uint8_t choice[PLAIT_COLL_COUNT]);
 
 /* The generator for a call: the forced choice if any, else the default rule
- * (the choice without a model: src/tuner.c decides calls, and falls back to
+ * (the choice without a model: tuning/tuner.c decides calls, and falls back to
  * this where its model does not apply).
  * `bytes` is count x element size (per rank for allgather). Deterministic in its
  * arguments, so every rank chooses the same. */

@@ -27,7 +27,7 @@
  * copies in (output and slot 0), ceil(log2 n) exchanges, the copies out.
  *
  * The peers of rank r are r +- 2^k (mod n). */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 static uint64_t log2_ceil(uint64_t n)
 {

@@ -42,7 +42,7 @@
  * (none below 4 ranks, where no index has two bits).
  *
  * Peers: r +- 2^k (mod n), Bruck allgather's (plait_bruck_peers). */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 static int popcount64(uint64_t x)
 {

@@ -52,8 +52,8 @@
  * No SCRATCH: OUTPUT (every rank has one in an allreduce) accumulates the
  * children's partial sums of the inner node's chunk. One rank: a COPY with
  * PRE|POST. */
-#include "algorithms.h"
-#include "tree.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/tree.h"
 
 /* A rank's place in one tree: parent and children as ranks (-1: none). */
 struct bt_role {

@@ -56,7 +56,7 @@
  * its receiver to reach it.
  *
  * Peers: every other rank. */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 #define DIRECT_MAX_RANKS 32
 

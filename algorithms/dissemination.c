@@ -29,7 +29,7 @@
  * channels have no steps.
  *
  * Peers: r +- 2^k (mod n). */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 int plait_dissemination_supports(int coll, int nranks)
 {

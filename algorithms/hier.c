@@ -77,7 +77,7 @@
  * size (proved from the map, see sizes_from_blocks), and by one O(n) pass
  * otherwise; a rank is found by (host, local index) in O(1) when hosts are
  * consecutive blocks or dealt round-robin, by an O(n) scan otherwise. */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 struct hier_map {
     int n, H;

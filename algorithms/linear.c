@@ -24,7 +24,7 @@
  * source and destination, which the executor skips.
  *
  * Peers: the root can be any rank, so every other rank. */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 int plait_linear_supports(int coll, int nranks)
 {

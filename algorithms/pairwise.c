@@ -29,7 +29,7 @@
  * wire. No SCRATCH.
  *
  * Peers: every other rank (alltoall is inherently all-pairs). */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 int plait_pairwise_supports(int coll, int nranks)
 {

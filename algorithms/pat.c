@@ -89,7 +89,7 @@
  * channel: (1 + floor(log2 T)) areas of J_0 * len <= chunk elements: at most
  * chunk for small data (one area), about (1 + log2 n) * len for large data
  * (log2 n for the reducescatter, none for the allgather). */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 static uint64_t lowbit(uint64_t x)
 {

@@ -70,7 +70,7 @@
  * ends, each step talks to one peer, and no step holds a received slot while
  * waiting for credit (receives never wait for credit), so any FIFO depth, one
  * slot included, completes. */
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 /* p: the largest power of two <= n; *log_out = log2(p). */
 static int pow2_floor(int n, int *log_out)

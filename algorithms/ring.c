@@ -19,7 +19,7 @@
  * none): "r" above is the rank's place in that order, its neighbours are the
  * ranks at the places before and after it, and a reducescatter/allgather block
  * is still the block of the rank that owns it. */
-#include "schedule.h"
+#include "algorithms/schedule.h"
 
 static int ring_next(const struct plait_sched_args *a, int ch)
 {

@@ -39,8 +39,8 @@
  *
  * Over all roots, rank r talks only to r +- j*k^i (mod n), j < k: the
  * connections it needs are O((k-1) log_k n), whatever the root. */
-#include "algorithms.h"
-#include "tree.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/tree.h"
 
 #define TREE_MAX_CHILDREN 128
 

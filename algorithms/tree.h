@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "schedule.h"
+#include "algorithms/schedule.h"
 
 /* Double binary tree allreduce (dbtree.c): step `idx` of `channel` on
  * args->rank, as a plait_step_fn. Handles any nranks >= 1. */

@@ -34,7 +34,7 @@
  * either half whenever that half can; a task stuck in one waits for data,
  * credit or both (a bit set), and the deadlock analysis works on the graph of
  * those waits (strongly connected components: circular waits). */
-#include "verify.h"
+#include "algorithms/verify.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/log.h"
+#include "base/log.h"
 
 #define DEFAULT_MAX_REPORTS 32
 #define DEFAULT_MAX_STEPS (1ull << 30)

@@ -2,7 +2,7 @@
  * channel, and proves it right or says what is wrong (docs/architecture.md, section 3;
  * docs/algorithms.md, "The verifier").
  *
- * What it models is what the CPU executor (src/exec.c) does:
+ * What it models is what the CPU executor (core/exec.c) does:
  *   - every (rank, channel) runs its steps in order;
  *   - a step that is not a COPY moves its count in pieces of at most
  *     `piece_elems` elements (one FIFO slot); a piece of a receiving step needs
@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "plait.h"
-#include "schedule.h"
+#include "algorithms/schedule.h"
 
 /* The set of peers a rank is connected to on a channel (the connections the
  * communicator makes at init); the signature of struct plait_algorithm's

@@ -4,7 +4,7 @@
  * The size is the output of each rank (nranks blocks); block q of every rank's
  * output is rank q's input. In place, rank r's input is block r of its output.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void allgather_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -4,7 +4,7 @@
  * Every rank's output element i is the reduction over all ranks of their input
  * element i; in place, the input and output are the same buffer.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void allreduce_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -5,7 +5,7 @@
  * block r of rank q's input. plait refuses in-place alltoall, so the in-place
  * half of the table is skipped (nccl-tests' -c/-p semantics are unchanged).
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void alltoall_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

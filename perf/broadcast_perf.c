@@ -4,7 +4,7 @@
  * Every rank's output is the root's input (-r picks the root, "all" loops over
  * every rank). In place, the root's input is its output buffer.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void broadcast_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

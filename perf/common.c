@@ -11,7 +11,7 @@
  * With -D 1 (or PLAIT_PERF_DEVICE=1) they are device memory of CUDA device 0,
  * which every rank shares: each rank's thread (or process) retains the
  * device's primary context before making its communicator, the buffers come
- * from cuMemAlloc through plait's driver table (src/cuda/cu.h), the
+ * from cuMemAlloc through plait's driver table (core/cuda/cu.h), the
  * collectives run on a CUDA stream wrapped by plait_stream_from_cuda (-y 1:
  * CUDA's default stream), timings end with cuStreamSynchronize, and the checks
  * copy inputs in and results out through host shadows of the buffers. The
@@ -20,11 +20,11 @@
  */
 #define _GNU_SOURCE
 
-#include "common.h"
-#include "cuda/cu.h"
-#include "env.h"
-#include "file.h"
-#include "log.h"
+#include "perf/common.h"
+#include "core/cuda/cu.h"
+#include "base/env.h"
+#include "base/file.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <getopt.h>

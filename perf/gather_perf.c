@@ -4,7 +4,7 @@
  * The size is the root's output (nranks blocks); block q of the root's output
  * is rank q's input. In place, rank r's input is block r of its output buffer.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void gather_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -1,7 +1,7 @@
 /*
  * perf/gpu_reduce_bw.c — the local reduction kernel's memory bandwidth.
  *
- * Launches plait's plait_reduce_local kernel (src/cuda/kernel.h, from the
+ * Launches plait's plait_reduce_local kernel (core/cuda/kernel.h, from the
  * fatbin built into the library: plait_cuda_fatbin + cuModuleLoadData) for
  * dst = a + b on fp32, bf16 and fp16 over buffers of 1 GiB each, and reports
  * GB/s counting bytes read and written (3 x 1 GiB per launch) and the fraction
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cu.h"
-#include "cuda/kernel.h"
+#include "core/cuda/cu.h"
+#include "core/cuda/kernel.h"
 #include "plait.h"
 
 enum { ATTR_MEMORY_CLOCK_RATE = 36, ATTR_GLOBAL_MEMORY_BUS_WIDTH = 37 }; /* CUDA's numbers (kHz, bits) */

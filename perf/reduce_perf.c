@@ -4,7 +4,7 @@
  * Every rank's input is reduced into the root's output; other ranks' outputs
  * are not defined (not checked).
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void reduce_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -5,7 +5,7 @@
  * reduction over all ranks of input block r. In place, the output is block r of
  * the input buffer.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void reducescatter_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -4,7 +4,7 @@
  * The size is the root's input (nranks blocks); rank r's output is block r of
  * the root's input. In place, the root's output is block root of its input.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void scatter_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

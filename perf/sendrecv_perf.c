@@ -11,7 +11,7 @@
  * collective says so, and a send and a receive on the same buffer in one group
  * have no order between the send reading it and the receive overwriting it.
  */
-#include "common.h"
+#include "perf/common.h"
 
 static void sendrecv_get_counts(size_t count, size_t elt_size, int nranks, struct plait_perf_counts *counts_out)
 {

@@ -21,7 +21,7 @@ set -euo pipefail
 #                                   but hwloc's own diagnostics and other tools need it)
 #   libnuma-dev                     NUMA placement
 #   libcriterion-dev                the test framework
-#   python3                         src/cuda/fatbin_gen.py, the env_doc_in_step test, fixture generators
+#   python3                         core/cuda/fatbin_gen.py, the env_doc_in_step test, fixture generators
 #   valgrind                        the leak_cycles_valgrind test (suite leaks)
 #   clang libclang-rt-dev           tests/fuzz/run.sh (libFuzzer, ASan, UBSan runtimes)
 #   binutils                        nm and readelf for tests/nccl/symbols.sh (gcc depends on it)

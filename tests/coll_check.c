@@ -1,10 +1,10 @@
-#include "coll_check.h"
+#include "tests/coll_check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "reduce.h" /* scalar conversions only (tested on their own in test_reduce) */
+#include "core/reduce.h" /* scalar conversions only (tested on their own in test_reduce) */
 
 static const size_t sizes[PLAIT_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 static const char *const type_names[PLAIT_NUM_TYPES] = {"int8",    "uint8",   "int32",    "uint32",

@@ -1,6 +1,6 @@
 /* Device collectives compared with the CPU backend (cuda_compare.h). */
 #define _GNU_SOURCE
-#include "cuda_compare.h"
+#include "tests/cuda_compare.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coll_check.h"
-#include "cuda/cu.h"
+#include "tests/coll_check.h"
+#include "core/cuda/cu.h"
 #include "plait.h"
 
 #define CX_MSG 200

@@ -14,7 +14,7 @@
  * and chunk size are forced through the environment before the communicators
  * are made, so both backends run the same schedule.
  *
- * Needs only plait's internal library (src/cuda/cu.h for the driver table) and
+ * Needs only plait's internal library (core/cuda/cu.h for the driver table) and
  * tests/coll_check.c (inputs): no Criterion, no harness. */
 #ifndef PLAIT_TEST_CUDA_COMPARE_H
 #define PLAIT_TEST_CUDA_COMPARE_H

@@ -20,7 +20,7 @@
  * so (stream, count) pairs held by events and waits stay meaningful: the
  * counts only grow. */
 #define _GNU_SOURCE
-#include "cuda_double.h"
+#include "tests/cuda_double.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda/cu.h"
+#include "core/cuda/cu.h"
 
 #define API __attribute__((visibility("default")))
 

@@ -3,7 +3,7 @@
  *
  * The double is a stand-in for libcuda.so.1 that plait loads through
  * PLAIT_CUDA_LIBRARY, the same dlopen path as the real driver. It exports the
- * driver functions plait's table resolves (src/cuda/cu.h) under their
+ * driver functions plait's table resolves (core/cuda/cu.h) under their
  * versioned names, plus the functions below. It is a test double, not a GPU:
  * "device" memory is host memory (memfd mappings, shareable with other
  * processes through cuIpcGetMemHandle), a stream is a worker thread running

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_ranks.h"
-#include "harness.h"
+#include "tests/cuda_ranks.h"
+#include "tests/harness.h"
 
 struct cuda_ranks {
     int n;

@@ -6,7 +6,7 @@
 #define PLAIT_TEST_CUDA_RANKS_H
 
 #include <stddef.h>
-#include "cuda/cu.h"
+#include "core/cuda/cu.h"
 #include "plait.h"
 
 #define CUDA_RANKS_MAX 8

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "core/comm.h"
 #include "plait.h"
 
 #define COUNT (256 * 1024) /* 1 MiB of floats: the pipelined path, not the small-message one */

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "harness.h"
+#include "tests/harness.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* The handle registry (src/handle.c) under churn, for ThreadSanitizer (suite
+/* The handle registry (base/handle.c) under churn, for ThreadSanitizer (suite
  * tsan; Criterion's runner does not start under TSan, so tests/test_misuse.c's
  * registry_under_churn cannot run there): churner threads create and destroy
  * communicators (one rank; some aborted), streams and events, many live at
@@ -26,7 +26,7 @@
 #define STREAMS 16 /* per churner, made over the rounds */
 #define COMMS 3    /* one-rank communicators per round (the last is aborted) */
 /* Stale handles are passed only of kinds destroyed fewer times than the
- * quarantine holds (64 per kind, src/handle.c): 3 x 7 x 3 = 63 communicators
+ * quarantine holds (64 per kind, base/handle.c): 3 x 7 x 3 = 63 communicators
  * and 3 x 16 (+ the callers' 2, at the end) streams, so no stale handle's
  * address can have gone to a newer object, which a caller would then read
  * while its owner destroys it. Events are destroyed by the thousand: only

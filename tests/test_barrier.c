@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 #define ROUNDS 12
 #define LATE_NS 20000000L /* how late the late rank of a round comes: 20 ms */

@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "log.h"
-#include "socket.h"
-#include "util.h"
+#include "bootstrap/bootstrap.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "base/util.h"
 
 #define LO "lo"
 

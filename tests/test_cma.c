@@ -38,9 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coll_check.h"
-#include "comm.h" /* the connections' descriptor counters */
-#include "harness.h"
+#include "tests/coll_check.h"
+#include "core/comm.h" /* the connections' descriptor counters */
+#include "tests/harness.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms.h"
-#include "coll_check.h"
-#include "harness.h"
-#include "reduce.h" /* scalar conversions and type names */
+#include "algorithms/algorithms.h"
+#include "tests/coll_check.h"
+#include "tests/harness.h"
+#include "core/reduce.h" /* scalar conversions and type names */
 
 enum tc { TC_ALLREDUCE, TC_REDUCE, TC_REDUCESCATTER, TC_BROADCAST, TC_ALLGATHER, TC_ALLTOALL, TC_GATHER, TC_SCATTER,
           TC_SENDRECV, TC_COUNT };

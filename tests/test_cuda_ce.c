@@ -1,4 +1,4 @@
-/* Memory windows and the copy-engine all-gather and broadcast (src/cuda/ce.c)
+/* Memory windows and the copy-engine all-gather and broadcast (core/cuda/ce.c)
  * against the CUDA test double (suite cuda_ce): 2-4 ranks as threads of this
  * process, each with its own stream; the bytes are right, no kernel was
  * launched (the double's launch counter), flags are reused correctly over a
@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/comm.h"
-#include "../src/cuda/cu.h"
-#include "../src/cuda/cuda.h"
-#include "cuda_double.h"
+#include "core/comm.h"
+#include "core/cuda/cu.h"
+#include "core/cuda/cuda.h"
+#include "tests/cuda_double.h"
 
 #define MAXR 4
 #define WIN_OFF 256 /* recvbuff's offset in every rank's window */
@@ -552,7 +552,7 @@ Test(cuda_ce, double_auto_zero_ctas, .timeout = 120)
 /* Ranks as processes of this host: windows and flags are mapped with CUDA
  * IPC (the double shares its memory between processes), and the same
  * sequence of CE operations gives the right bytes. */
-#include "harness.h"
+#include "tests/harness.h"
 
 static int procs_child(struct mr_child *c, void *arg)
 {

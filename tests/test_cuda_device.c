@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_compare.h"
+#include "tests/cuda_compare.h"
 
 /* About a million elements, odd, so that every vector width has a tail. */
 #define BIG_COUNT ((size_t)(1 << 20) + 3)

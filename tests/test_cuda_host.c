@@ -19,11 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda/cu.h"
-#include "cuda_compare.h"
-#include "cuda_double.h"
-#include "cuda_ranks.h"
-#include "harness.h"
+#include "core/cuda/cu.h"
+#include "tests/cuda_compare.h"
+#include "tests/cuda_double.h"
+#include "tests/cuda_ranks.h"
+#include "tests/harness.h"
 #include "plait.h"
 
 #ifndef PLAIT_CUDA_DOUBLE_PATH

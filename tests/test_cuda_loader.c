@@ -1,4 +1,4 @@
-/* The CUDA driver loader (src/cuda/cu.c) and the CUDA test double
+/* The CUDA driver loader (core/cuda/cu.c) and the CUDA test double
  * (tests/cuda_double.c).
  *
  * Tests named double_* load the test double through PLAIT_CUDA_LIBRARY, the
@@ -21,9 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda/cu.h"
-#include "cuda_double.h"
-#include "harness.h"
+#include "core/cuda/cu.h"
+#include "tests/cuda_double.h"
+#include "tests/harness.h"
 #include "plait.h"
 
 #define DEADLINE_S 30.0

@@ -1,4 +1,4 @@
-/* The proxy thread (src/cuda/proxy.c) against the CUDA test double (suite
+/* The proxy thread (core/cuda/proxy.c) against the CUDA test double (suite
  * cuda_proxy): a fake "kernel side" (a test thread per rank) fills and drains
  * the pinned device FIFOs exactly as the kernel does (transports/transport.h's
  * protocol: data and size, then a release store of tail; head acquired before
@@ -15,12 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/comm.h"
-#include "../src/cuda/cu.h"
-#include "../src/cuda/cuda.h"
-#include "../src/cuda/kernel.h"
-#include "cuda_double.h"
-#include "harness.h"
+#include "core/comm.h"
+#include "core/cuda/cu.h"
+#include "core/cuda/cuda.h"
+#include "core/cuda/kernel.h"
+#include "tests/cuda_double.h"
+#include "tests/harness.h"
 
 #define NR 2
 #define SLOTS_PER_LAUNCH 37 /* more than the FIFO depth: credit must flow back */
@@ -386,7 +386,7 @@ static void *e2e_main(void *p)
      * ops use them, plait_cuda_proxy_busy() must have returned 0 on the
      * issuing thread (it hands back slots the proxy fetched for the kernel
      * that belong to the host op). The executor is to call it itself
-     * (src/cuda/cuda.h); calling it here as well is harmless. */
+     * (core/cuda/cuda.h); calling it here as well is harmless. */
     const double deadline = mr_now() + 30;
     while (plait_cuda_proxy_busy(comm) && mr_now() < deadline)
         sched_yield();

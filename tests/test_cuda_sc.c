@@ -1,5 +1,5 @@
 /* Single copy in the CUDA kernel for buffers in memory windows (suite
- * cuda_sc; src/cuda/kernel_body.h, "single copy"): on 2 and 3 rank threads
+ * cuda_sc; core/cuda/kernel_body.h, "single copy"): on 2 and 3 rank threads
  * with their buffers inside windows, ring all-gathers and all-reduces (in
  * place and not, sum and avg) give the CPU backend's bits for the same
  * schedule, and descriptors were really received (plait_cuda_sc_counts);
@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/cuda/cu.h"
-#include "../src/cuda/cuda.h"
-#include "cuda_double.h"
-#include "cuda_ranks.h"
-#include "harness.h"
+#include "core/cuda/cu.h"
+#include "core/cuda/cuda.h"
+#include "tests/cuda_double.h"
+#include "tests/cuda_ranks.h"
+#include "tests/harness.h"
 #include "plait.h"
 
 #ifndef PLAIT_CUDA_DOUBLE_PATH

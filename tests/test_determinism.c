@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms.h"
-#include "harness.h"
+#include "algorithms/algorithms.h"
+#include "tests/harness.h"
 
 enum { N = 300007 };
 

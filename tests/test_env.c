@@ -1,5 +1,5 @@
 /* Numeric environment variables against docs/env.md's table of numeric
- * values (section 1b, generated from src/env.c's plait_env_numbers): for
+ * values (section 1b, generated from base/env.c's plait_env_numbers): for
  * every row, the documented forms are accepted and hexadecimal, exponents,
  * signs, blanks, garbage, other suffixes and values out of the documented
  * range are refused with an error naming the variable; and the code that
@@ -14,9 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "env.h"
-#include "log.h"
-#include "tool_run.h"
+#include "base/env.h"
+#include "core/settings.h"
+#include "base/log.h"
+#include "tests/tool_run.h"
 
 /* ---------------------------------------------------------------- docs/env.md's table */
 
@@ -196,13 +197,13 @@ Test(env, numbers_docs_match_the_parser)
 {
     static struct row rows[128];
     const int n = doc_rows(rows, 128);
-    cr_expect_eq((size_t)n, plait_env_numbers_len, "docs/env.md lists %d numeric variables, src/env.c %zu", n,
+    cr_expect_eq((size_t)n, plait_env_numbers_len, "docs/env.md lists %d numeric variables, base/env.c %zu", n,
                  plait_env_numbers_len);
     for (int i = 0; i < n && (size_t)i < plait_env_numbers_len; i++) {
         const struct plait_env_number *s = &plait_env_numbers[i];
         cr_expect(strcmp(rows[i].name, s->name) == 0 && rows[i].form == s->form && rows[i].has_auto == s->has_auto &&
                       rows[i].lo == s->lo && rows[i].hi == s->hi,
-                  "row %d: docs say %s, src/env.c %s", i, rows[i].name, s->name);
+                  "row %d: docs say %s, base/env.c %s", i, rows[i].name, s->name);
     }
     /* Every numeric variable is in the table of all variables (its default
      * comes from there) and that default is accepted. */

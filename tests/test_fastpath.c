@@ -1,4 +1,4 @@
-/* The small-message path (src/fastpath.c): which calls take it (observed in the
+/* The small-message path (core/fastpath.c): which calls take it (observed in the
  * communicator's counters, so a test cannot pass while the path silently stays
  * off), its results for every kind it runs (in place, avg and premulsum with a
  * different scalar per rank, groups, streams), PLAIT_PROTO, and the faults:
@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/comm.h"
-#include "../src/fastpath.h"
-#include "../algorithms/schedule.h"
-#include "harness.h"
+#include "core/comm.h"
+#include "core/fastpath.h"
+#include "algorithms/schedule.h"
+#include "tests/harness.h"
 
 #define FAILF(...)                                                                                                 \
     do {                                                                                                           \
@@ -171,7 +171,7 @@ static int kinds(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_
     return 0;
 }
 
-/* Whether a call takes the path is the tuner's choice (src/tuner.c): the
+/* Whether a call takes the path is the tuner's choice (tuning/tuner.c): the
  * cost model may put a kind on the FIFO path (on 8 ranks sharing 2 cores it
  * prefers recursive doubling for small allgathers). These tests are about the
  * path itself, so a tuning file asks for it ("ll") for every kind wherever it

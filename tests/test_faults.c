@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -1,4 +1,4 @@
-/* Files plait writes where a user points it (src/file.h): PLAIT_TOPO_DUMP_FILE
+/* Files plait writes where a user points it (base/file.h): PLAIT_TOPO_DUMP_FILE
  * (rank 0's topology dump), plait-topo --dump (plait_topo_dump_xml),
  * plait-tune --calibrate's constants (plait_model_consts_save) and
  * PLAIT_DEBUG_FILE. A symbolic link is followed and kept, a FIFO is written
@@ -25,10 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "file.h"
-#include "log.h"
-#include "model.h"
-#include "topo.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "tuning/model.h"
+#include "topology/topo.h"
 
 static char scratch[256];
 

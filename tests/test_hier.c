@@ -16,11 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "algorithms.h"
-#include "coll_check.h"
-#include "harness.h"
-#include "log.h"
-#include "verify.h"
+#include "algorithms/algorithms.h"
+#include "tests/coll_check.h"
+#include "tests/harness.h"
+#include "base/log.h"
+#include "algorithms/verify.h"
 
 #define FAIL(...)                                                                                                  \
     do {                                                                                                           \

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "plait_config.h"
-#include "tool_run.h"
+#include "tests/tool_run.h"
 
 static struct run info(const char *arg)
 {
@@ -20,7 +20,7 @@ Test(info_tool, build_features_are_true)
 {
     struct run r = info(NULL);
     cr_expect(strstr(r.out, "not part of this release") == NULL,
-              "plait-info says the CUDA backend is not part of this release; it is built (src/cuda/):\n%s", r.out);
+              "plait-info says the CUDA backend is not part of this release; it is built (core/cuda/):\n%s", r.out);
     cr_expect(strstr(r.out, "CUDA backend: yes") != NULL, "no line saying the CUDA backend is built:\n%.600s", r.out);
     if (PLAIT_HAVE_CUDA) {
         char want[160];

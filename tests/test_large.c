@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 #define LARGE_COUNT (((size_t)1 << 31) + 67)
 #define EDGE 4096

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 static void set_deadlines(void)
 {

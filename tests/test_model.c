@@ -1,4 +1,4 @@
-/* The cost model (algorithms/model.h): closed-form oracles on machines that
+/* The cost model (tuning/model.h): closed-form oracles on machines that
  * have only alpha and beta, monotonicity, contention, the reduced replay
  * against the full one, the LL closed form, the constants file, and the cost
  * of large predictions. */
@@ -10,11 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "algorithms.h"
-#include "log.h"
-#include "model.h"
-#include "topo.h"
-#include "tuner.h"
+#include "algorithms/algorithms.h"
+#include "base/log.h"
+#include "tuning/model.h"
+#include "topology/topo.h"
+#include "tuning/tuner.h"
 
 static double wall(void)
 {

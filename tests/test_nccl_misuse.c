@@ -2,7 +2,7 @@
  * garbage ncclComm_t, and counts whose byte sizes cannot be a buffer, return
  * ncclInvalidArgument (ncclInvalidUsage for an aborted communicator, as
  * before) with a message naming the argument; never a crash. Linked against
- * the shim, with its own declarations (src/nccl_abi.h). */
+ * the shim, with its own declarations (compat/nccl_abi.h). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_abi.h"
+#include "compat/nccl_abi.h"
 
 #define EXPECT_NCCL(call, code, word)                                                                             \
     do {                                                                                                          \

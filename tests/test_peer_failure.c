@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "harness.h"
+#include "core/comm.h"
+#include "tests/harness.h"
 
 #define FAIL(...)                                                                                                  \
     do {                                                                                                           \

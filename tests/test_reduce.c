@@ -1,4 +1,4 @@
-/* Element-wise reductions (src/reduce.c): conversions, every type x op x flags,
+/* Element-wise reductions (core/reduce.c): conversions, every type x op x flags,
  * wrap-around, avg truncation, unaligned and aliased buffers.
  *
  * Everything is checked against the reference below, which is written from the
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "reduce.h"
+#include "base/log.h"
+#include "core/reduce.h"
 
 /* ---------------------------------------------------------------- reference formats */
 

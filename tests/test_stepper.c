@@ -1,12 +1,12 @@
-/* The shared step header (src/stepper.h) and the CUDA kernel's body
- * (src/cuda/kernel_body.h) through its host emulation (src/cuda/kernel_host.c).
+/* The shared step header (algorithms/stepper.h) and the CUDA kernel's body
+ * (core/cuda/kernel_body.h) through its host emulation (core/cuda/kernel_host.c).
  *
  * The first part checks stepper.h's arithmetic: FIFO credit and slots (across
  * the 2^32 boundary), how steps are cut into pieces, what each step kind's
  * piece does, LL flags and payloads.
  *
  * The second part runs the code the GPU runs: launches built here by hand
- * the way src/cuda/coll.c builds them (a plan of tasks and steps from
+ * the way core/cuda/coll.c builds them (a plan of tasks and steps from
  * algorithms/, the kernel parameters, device connections wired rank to rank
  * in heap memory), every CTA of every "rank" on its own thread through
  * plait_kernel_emulate. Results are compared element for element with a
@@ -20,10 +20,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "algorithms.h"
-#include "reduce.h"
-#include "stepper.h"
-#include "cuda/kernel.h"
+#include "algorithms/algorithms.h"
+#include "core/reduce.h"
+#include "algorithms/stepper.h"
+#include "core/cuda/kernel.h"
 
 /* ---------------------------------------------------------------- stepper.h */
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 enum { M = 1 << 18 };
 

@@ -1,4 +1,4 @@
-/* The communicator and the topology (src/comm_topo.c, topology/system.c): each
+/* The communicator and the topology (core/comm_topo.c, topology/system.c): each
  * rank describes its NUMA node and its host's graph, every host's channel search
  * orders its ranks, all ranks agree on the ring orders, the collectives stay
  * right over those orders; PLAIT_TOPO_FILE, NCCL_TOPO_FILE and
@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "log.h"
-#include "topo.h"
+#include "tests/harness.h"
+#include "base/log.h"
+#include "topology/topo.h"
 
 #define FAIL(...)                                         \
     do {                                                  \

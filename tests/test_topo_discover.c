@@ -18,10 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "discover.h"
-#include "log.h"
-#include "topo.h"
-#include "xml_internal.h"
+#include "topology/discover.h"
+#include "base/log.h"
+#include "topology/topo.h"
+#include "topology/xml_internal.h"
 
 #define NO_NVML "/nonexistent/libnvidia-ml.so.1"
 

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 
 #include "plait.h"
-#include "topo.h"
+#include "topology/topo.h"
 
 #define LABEL_LEN 16
 #define MSG_LEN 512

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "topo.h"
+#include "base/log.h"
+#include "topology/topo.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "tool_run.h"
-#include "topo.h"
+#include "base/log.h"
+#include "tests/tool_run.h"
+#include "topology/topo.h"
 
 #define RUN_TIMEOUT_S 30.0
 #define MAX_DEVS 512

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "topo.h"
-#include "xml_internal.h"
+#include "base/log.h"
+#include "topology/topo.h"
+#include "topology/xml_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
 

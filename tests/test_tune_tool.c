@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tool_run.h"
+#include "tests/tool_run.h"
 
 #define RUN_TIMEOUT_S 20.0       /* --explain, --simulate, errors: well under a second each here */
 #define CALIBRATE_TIMEOUT_S 40.0 /* --calibrate --quick: about 2 s on the 2-core VM */
@@ -200,7 +200,7 @@ static bool parse_tsv(const char *what, const char *output, struct table *t)
 
 /* Per size: rows grouped by size in increasing order, 8 B .. 8 GiB by x4,
  * exactly one chosen row each, sane numbers, and the pick within the tuner's
- * tie margin (src/tuner.c, TUNE_TIE: 1%) of the fastest candidate. Fills
+ * tie margin (tuning/tuner.c, TUNE_TIE: 1%) of the fastest candidate. Fills
  * pick[i] with the index of size i's chosen row (-1 when none). */
 static void check_sizes_and_picks(const char *what, const struct table *t, int pick[NSIZES])
 {

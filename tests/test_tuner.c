@@ -1,4 +1,4 @@
-/* The tuner (src/tuner.c): tuning files (parsing, every kind of malformed line
+/* The tuner (tuning/tuner.c): tuning files (parsing, every kind of malformed line
  * with its line number, matching), size buckets, the model's choices on
  * uniform machines and recorded clusters (small sizes leave the ring, large
  * ones keep ring or hier), determinism and the cache, and a communicator:
@@ -14,13 +14,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../algorithms/algorithms.h"
-#include "../algorithms/model.h"
-#include "../src/comm.h"
-#include "../src/log.h"
-#include "../src/tuner.h"
-#include "../topology/topo.h"
-#include "harness.h"
+#include "algorithms/algorithms.h"
+#include "tuning/model.h"
+#include "core/comm.h"
+#include "base/log.h"
+#include "core/tuner_comm.h"
+#include "topology/topo.h"
+#include "tests/harness.h"
 
 static void quiet_env(void)
 {

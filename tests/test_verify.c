@@ -9,15 +9,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
-#include "algorithms.h"
-#include "schedule.h"
-#include "verify.h"
+#include "base/log.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/schedule.h"
+#include "algorithms/verify.h"
 
 /* ---------------------------------------------------------------- helpers */
 
 /* A config shaped like the library's: chunk at most half the FIFO, 16-byte
- * aligned (src/enqueue.c, sched_args). */
+ * aligned (core/enqueue.c, sched_args). */
 static struct plait_verify_config config(plait_step_fn gen, int coll, int nranks, uint64_t count, int nchannels,
                                          uint64_t piece, uint32_t slots, uint64_t chunk, int type_bytes)
 {

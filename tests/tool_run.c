@@ -1,6 +1,6 @@
 /* Running a built tool from a Criterion test (tool_run.h). */
 #define _GNU_SOURCE
-#include "tool_run.h"
+#include "tests/tool_run.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "env.h"
+#include "base/env.h"
 #include "plait.h"
 #include "plait_config.h"
 
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     int version = 0;
     plait_get_version(&version);
     printf("plait %d.%d.%d (version code %d)\n", version / 10000, version / 100 % 100, version % 100, version);
-    /* What this build holds, as the code has it (meson.build, src/cuda/):
+    /* What this build holds, as the code has it (meson.build, core/cuda/):
      * the CUDA backend is always built and loads the driver at run time; its
      * kernels need nvcc at build time. */
     printf("build:\n");
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         if (n) {
             char range[96];
             plait_env_number_range(n, range, sizeof(range));
-            /* As src/env.c's parser: NCCL's spellings take hexadecimal too. */
+            /* As base/env.c's parser: NCCL's spellings take hexadecimal too. */
             const char *nccl = v->nccl_name ? v->nccl_name : strncmp(v->name, "NCCL_", 5) == 0 ? v->name : NULL;
             printf("      accepts: %s, %s", form_name(n->form), range);
             if (nccl && n->form != PLAIT_ENV_SECONDS)

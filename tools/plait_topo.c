@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "plait.h"
-#include "topo.h"
+#include "topology/topo.h"
 
 #define EXIT_USAGE 2
 

@@ -1,7 +1,7 @@
 /* plait-tune: the cost model and the tuner from the command line
  * (docs/tuning.md).
  *
- *   --calibrate  measures the constants of algorithms/model.h on this machine
+ *   --calibrate  measures the constants of tuning/model.h on this machine
  *                (memory copies, reductions, flag ping-pongs, plait's own
  *                ping-pong, streams and small collectives over shm, inproc and
  *                socket) and writes a constants file;
@@ -35,13 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "algorithms.h"
-#include "env.h"
-#include "model.h"
+#include "algorithms/algorithms.h"
+#include "base/env.h"
+#include "core/settings.h"
+#include "tuning/model.h"
 #include "plait.h"
-#include "reduce.h"
-#include "topo.h"
-#include "tuner.h"
+#include "core/reduce.h"
+#include "topology/topo.h"
+#include "tuning/tuner.h"
 
 #define EXIT_USAGE 2
 #define DEFAULT_CONSTANTS_FILE "plait-tune-constants.txt"
@@ -524,7 +525,7 @@ static uint64_t tuner_bytes(int coll, uint64_t size, int nranks)
 }
 
 /* What a call may use, as a communicator with the environment's settings
- * would allow it (src/env.c, enqueue.c's chunk rule). */
+ * would allow it (base/env.c, enqueue.c's chunk rule). */
 static int tune_space(int coll, int nranks, int channels, struct plait_tune_space *sp)
 {
     struct plait_settings set;

@@ -16,11 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "algorithms.h"
-#include "log.h"
-#include "verify.h"
+#include "algorithms/algorithms.h"
+#include "base/log.h"
+#include "algorithms/verify.h"
 
-/* The library's defaults (src/env.c): PLAIT_NSLOTS, PLAIT_BUFFSIZE,
+/* The library's defaults (base/env.c): PLAIT_NSLOTS, PLAIT_BUFFSIZE,
  * PLAIT_CHUNK_SIZE, PLAIT_NCHANNELS, PLAIT_TREE_RADIX. */
 #define DEF_SLOTS 4
 #define DEF_BUFFSIZE (512 * 1024)
@@ -98,7 +98,7 @@ struct vcase {
     uint32_t slots;
 };
 
-/* The chunk as sched_args() computes it (src/enqueue.c): at most half the FIFO
+/* The chunk as sched_args() computes it (core/enqueue.c): at most half the FIFO
  * (unless clamp is 0), a multiple of 16 bytes, at least 16 bytes. */
 static uint64_t chunk_like_enqueue(uint64_t chunk_bytes, uint64_t slot_bytes, uint32_t slots, int type_bytes,
                                    int clamp)

@@ -16,7 +16,7 @@
  * below one is linked to its CPU node, which classifies the same (PHB).
  */
 #define _GNU_SOURCE
-#include "discover.h"
+#include "topology/discover.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-#include "log.h"
+#include "base/log.h"
 
 /* ---------------------------------------------------------------- files */
 

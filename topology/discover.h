@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "topo.h"
+#include "topology/topo.h"
 
 /* Most PCI objects (bridges and devices) and CPU-bearing NUMA nodes discovery
  * keeps; a machine or a recorded file with more is cut there (INFO line). */

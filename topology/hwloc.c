@@ -24,7 +24,7 @@
  *   on a line of its own makes it fail. The rewritten copy reads the same
  *   with either parser, so what plait finds does not depend on that package.
  */
-#include "discover.h"
+#include "topology/discover.h"
 
 #include <errno.h>
 #include <hwloc.h>
@@ -33,7 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
+#include "base/log.h"
 
 /* How much wider the bandwidth within one package is than across packages (see above). */
 #define SAME_PACKAGE_SYS_FACTOR 2.0

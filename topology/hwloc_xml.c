@@ -10,13 +10,13 @@
  * takes well-formed XML and writes exactly that, so both parsers read the
  * same documents. It needs no hwloc, so that the fuzzer (tests/fuzz) runs it.
  * The input comes from a file: every length is checked, nothing is trusted. */
-#include "discover.h"
+#include "topology/discover.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
+#include "base/log.h"
 
 
 struct xml_out {

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "log.h"
-#include "xml_internal.h"
+#include "base/log.h"
+#include "topology/xml_internal.h"
 
 /* NCCL's PCI class codes: base class 0x02 network, 0x03 display; 0x068000
  * is what NCCL calls an NVSwitch, 0x068001 a CPU reached over NVLink (POWER). */

@@ -23,7 +23,7 @@
  * they map to plait's generations 1, 2, 2, 3, 3, 4, 5, 5 (plait knows five).
  */
 #define _GNU_SOURCE
-#include "discover.h"
+#include "topology/discover.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -31,7 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
+#include "base/log.h"
 
 /* ---- NVML's ABI ---- */
 typedef int nvml_return_t; /* nvmlReturn_t: 0 is success */

@@ -52,14 +52,14 @@
  * the worst case, polynomial, and in real graphs the fronts hold one or two
  * labels: O(E) per source, O(N * E) for the matrix (a GB200 NVL72 rack, ~300
  * nodes: some 10 ms in a debug build). */
-#include "paths_internal.h"
+#include "topology/paths_internal.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
+#include "base/log.h"
 
 /* What a route has been so far, beyond its figures. The patterns the spec
  * adjusts are recognised from either end, so that a path and its reverse get

@@ -5,7 +5,7 @@
 #ifndef PLAIT_TOPO_PATHS_INTERNAL_H
 #define PLAIT_TOPO_PATHS_INTERNAL_H
 
-#include "topo.h"
+#include "topology/topo.h"
 
 /* A reusable workspace for best-path searches over one graph. The graph must
  * outlive it and not change while it is used. Not thread-safe (one per thread). */

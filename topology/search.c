@@ -41,9 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
-#include "paths_internal.h"
-#include "topo.h"
+#include "base/log.h"
+#include "topology/paths_internal.h"
+#include "topology/topo.h"
 
 #define EXHAUSTIVE_MAX 9
 #define POOL_MAX 8192

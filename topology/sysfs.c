@@ -24,7 +24,7 @@
  * Every value is checked; one that fails is logged at TRACE and left unknown.
  */
 #define _GNU_SOURCE
-#include "discover.h"
+#include "topology/discover.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
+#include "base/log.h"
 
 #define MAX_ENTRIES 512 /* network ports or RDMA devices on one host: far more than any has */
 #define MAX_PORTS 64

@@ -1,7 +1,7 @@
 /* The graph this process uses (PLAIT_TOPO_FILE, NCCL_TOPO_FILE or discovery),
  * the NUMA node a rank runs on, and the one-line summary of a host. */
 #define _GNU_SOURCE
-#include "topo.h"
+#include "topology/topo.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "env.h"
-#include "file.h"
-#include "log.h"
+#include "base/env.h"
+#include "base/file.h"
+#include "base/log.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
 static struct plait_topo *topo_global;
@@ -90,7 +90,7 @@ plait_result_t plait_topo_dump_once(const struct plait_topo *topo)
         /* Rank 0 of several communicators, in several processes, may dump at
          * once: plait_file_write makes a regular file one whole dump (a
          * temporary renamed into place) and writes a FIFO, a device or
-         * /dev/stdout as such (src/file.h). */
+         * /dev/stdout as such (base/file.h). */
         char *xml = NULL;
         char why[PATH_MAX + 256];
         dumped = 1;

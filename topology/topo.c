@@ -1,5 +1,5 @@
 /* The topology graph: building, lookups, validation, names and data rates. */
-#include "topo.h"
+#include "topology/topo.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "log.h"
+#include "base/log.h"
 
 static const char *const node_type_names[PLAIT_TOPO_NODE_TYPES] = {"cpu", "pci", "gpu", "nic", "nvs"};
 static const char *const link_type_names[PLAIT_LINK_TYPES] = {"NVL", "C2C", "PCI", "SYS", "NET"};

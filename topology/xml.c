@@ -6,7 +6,7 @@
  * dependency-free and fuzzable (tests/fuzz/fuzz_topo_xml.c): a topology file
  * comes from outside, and everything in it is checked before use. */
 #define _GNU_SOURCE
-#include "xml_internal.h"
+#include "topology/xml_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "file.h"
-#include "log.h"
+#include "base/file.h"
+#include "base/log.h"
 
 /* ------------------------------------------------------------------ arena */
 

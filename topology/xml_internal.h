@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "topo.h"
+#include "topology/topo.h"
 
 /* What the reader accepts; larger inputs are rejected with a message. */
 #define PLAIT_XML_MAX_BYTES (64u << 20)

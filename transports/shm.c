@@ -23,12 +23,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../src/bootstrap.h"
-#include "../src/comm.h"
-#include "../src/fastpath.h"
-#include "../src/log.h"
-#include "../src/socket.h"
-#include "transport.h"
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "core/fastpath.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "transports/transport.h"
 
 #define LINE 64
 /* The segment starts with one line of its owner's operation counters (issued,
@@ -222,7 +222,7 @@ static plait_result_t setup_common(struct plait_comm *comm, int tp_id)
     const struct seg_layout l = layout_of(comm);
     int my_entries = 0;
     entry_index(comm, tp_id, me, -1, -1, &my_entries);
-    /* The small-message boxes (src/fastpath.c) follow the FIFO entries. */
+    /* The small-message boxes (core/fastpath.c) follow the FIFO entries. */
     const size_t fast_bytes = plait_fast_region_bytes(comm, tp_id);
     size_t my_bytes = SEG_HEADER + (size_t)my_entries * l.entry_bytes + fast_bytes;
     char my_name[120] = "";

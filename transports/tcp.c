@@ -28,12 +28,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../src/bootstrap.h"
-#include "../src/comm.h"
-#include "../src/log.h"
-#include "../src/socket.h"
-#include "../src/util.h"
-#include "transport.h"
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "base/util.h"
+#include "transports/transport.h"
 
 #define TCP_MAGIC 0x504c5431u /* "PLT1" */
 #define HELLO_MAGIC 0x504c4843u

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "plait.h"
-#include "../src/stepper.h"
+#include "algorithms/stepper.h"
 
 struct plait_comm;
 struct plait_conn;

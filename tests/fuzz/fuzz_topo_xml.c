@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "discover.h"
-#include "log.h"
-#include "topo.h"
-#include "xml_internal.h"
+#include "topology/discover.h"
+#include "base/log.h"
+#include "topology/topo.h"
+#include "topology/xml_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

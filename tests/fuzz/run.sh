@@ -57,9 +57,9 @@ fi
 
 FUZZER=$WORK/fuzz_topo_xml
 if ! "$CLANG" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 -std=gnu11 \
-    -I"$ROOT/include" -I"$ROOT/src" -I"$ROOT/topology" \
+    -I"$ROOT/include" -I"$ROOT" \
     "$ROOT/tests/fuzz/fuzz_topo_xml.c" "$ROOT/topology/xml.c" "$ROOT/topology/nccl_xml.c" \
-    "$ROOT/topology/topo.c" "$ROOT/topology/hwloc_xml.c" "$ROOT/src/log.c" "$ROOT/src/file.c" -lm -lpthread -o "$FUZZER" 2>"$WORK/build.log"; then
+    "$ROOT/topology/topo.c" "$ROOT/topology/hwloc_xml.c" "$ROOT/base/log.c" "$ROOT/base/file.c" -lm -lpthread -o "$FUZZER" 2>"$WORK/build.log"; then
     cat "$WORK/build.log" >&2
     echo "fuzz: build failed"
     exit 2

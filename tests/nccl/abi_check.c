@@ -2,7 +2,7 @@
  * ABI identity of plait's libnccl.so.2 with NVIDIA's NCCL 2.28 (issue 4, part 2).
  *
  * abi_nvidia.c and abi_ours.c evaluate the same list of expressions
- * (abi_entries.h) against NVIDIA's nccl.h and against plait's src/nccl_abi.h,
+ * (abi_entries.h) against NVIDIA's nccl.h and against plait's compat/nccl_abi.h,
  * in separate translation units because both headers declare the same names.
  * This compares the two tables: sizes and offsets of ncclUniqueId,
  * ncclConfig_t and ncclSimInfo_t, what their initializers write, every
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "abi_entry.h"
+#include "tests/nccl/abi_entry.h"
 
 int main(void)
 {

@@ -1,7 +1,7 @@
 /*
  * The ABI facts that tests/nccl/abi_check.c compares, as C expressions over
  * NCCL's names. This file is included twice, in two translation units: once
- * after NVIDIA's nccl.h (abi_nvidia.c) and once after plait's src/nccl_abi.h
+ * after NVIDIA's nccl.h (abi_nvidia.c) and once after plait's compat/nccl_abi.h
  * (abi_ours.c); each evaluates the same list, in the same order, against its
  * header. The two headers declare the same names, so no unit may see both.
  *
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "abi_entry.h"
+#include "tests/nccl/abi_entry.h"
 
 typedef ncclResult_t abi_sig_mem_alloc(void **, size_t);
 typedef ncclResult_t abi_sig_mem_free(void *);

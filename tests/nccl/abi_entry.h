@@ -18,7 +18,7 @@ struct abi_entry {
 
 /* Each fills `out` (ABI_MAX_ENTRIES at most) and returns the number of entries:
  * the same expressions in the same order, evaluated against NVIDIA's nccl.h
- * (abi_nvidia.c) and against plait's src/nccl_abi.h (abi_ours.c). */
+ * (abi_nvidia.c) and against plait's compat/nccl_abi.h (abi_ours.c). */
 int abi_collect_nvidia(struct abi_entry *out);
 int abi_collect_ours(struct abi_entry *out);
 

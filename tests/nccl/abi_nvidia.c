@@ -2,7 +2,7 @@
  * the include path given by meson: the CUDA toolkit's include/). */
 #include <nccl.h>
 
-#include "abi_entries.h"
+#include "tests/nccl/abi_entries.h"
 
 int abi_collect_nvidia(struct abi_entry *out)
 {

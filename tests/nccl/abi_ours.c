@@ -1,7 +1,7 @@
 /* The ABI facts of abi_entries.h, evaluated against plait's own declarations. */
-#include "../../src/nccl_abi.h"
+#include "compat/nccl_abi.h"
 
-#include "abi_entries.h"
+#include "tests/nccl/abi_entries.h"
 
 int abi_collect_ours(struct abi_entry *out)
 {

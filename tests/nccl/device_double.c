@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../cuda_double.h"
+#include "tests/cuda_double.h"
 
 #define NRANKS 2
 #define COUNT 4099 /* elements per rank: not a multiple of any chunk */

@@ -1,0 +1,492 @@
+/* The small-message path: collectives of a few hundred bytes between the ranks
+ * of one host, in the fewest cache-line hand-offs the hardware allows.
+ *
+ * Why: through the FIFO path an 8-byte allreduce walks the op/task machinery,
+ * a schedule generator, slot credits and the executor's loop (~3,800
+ * instructions per rank), several times the ~80 ns a cache line takes to move
+ * between two cores. Here a call pushes its data straight into a box in each
+ * peer's segment and reads the boxes the peers pushed into its own.
+ *
+ * Boxes. Every rank's shm/inproc segment ends with a region holding, for each
+ * writer rank w, two boxes (parity 0 and 1) of BOX_BYTES: an 8-byte tag, then
+ * up to PLAIT_FAST_MAX_BYTES of data. Only w writes its boxes; only the owner
+ * reads them. The writer stores the data with plain stores and then publishes
+ * the tag with a release store; the reader acquires the tag and then reads the
+ * data. For up to 56 bytes, data and tag share one cache line: one line moves.
+ *
+ * Tags. tag = small-message sequence number (low 32 bits) << 32 | collective
+ * sequence number (low 12 bits) << 20 | a 20-bit hash of (collective, type,
+ * op, count). A reader waits for the exact tag it expects; a tag with its own
+ * small-message number but other bits means the ranks called different
+ * collectives (a mismatch, reported, never a hang or wrong data).
+ *
+ * Reuse. Call k writes the boxes of parity k & 1, last written by call k - 2.
+ * Every call on this path writes a box to every peer and reads every peer's box
+ * before it completes; in broadcast and reduce the ranks that have no data for
+ * a peer push the tag alone. So when a rank starts call k it has read the
+ * peer's call k - 1 box, which the peer wrote only after finishing call k - 2,
+ * that is after reading our call k - 2 box: the box is free. No credit is
+ * needed. Small-message calls of a communicator run one at a time in issue
+ * order: inline on the calling thread, or as the only task of their op in lane
+ * 0 of the executor.
+ *
+ * Results. Reductions run in rank order 0..n-1 on every rank, so every rank
+ * gets the same bits. Float avg and premulsum scale each rank's contribution
+ * once, by its own rank, before it is pushed (the reduction's "pre" rule). */
+#define _GNU_SOURCE
+#include "core/fastpath.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "algorithms/algorithms.h"
+#include "core/comm.h"
+#include "topology/topo.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#define BOX_HDR 8
+#define BOX_BYTES ((BOX_HDR + PLAIT_FAST_MAX_BYTES + 63) / 64 * 64)
+
+/* The executor's advance codes (exec.c uses the same values). */
+enum { FAST_BLOCKED = 0, FAST_PROGRESSED = 1, FAST_DONE = 2, FAST_ERROR = 3 };
+
+struct plait_fast {
+    int tp_id;
+    /* Every rank can have a core of its own (the host's graph, the same on
+     * every rank, has at least nranks cores): broadcast and reduce take the
+     * path only then. Oversubscribed, their FIFO form is faster: the root
+     * runs ahead of the others by a FIFO's worth of calls, where this path
+     * makes every call wait for every rank to be scheduled. */
+    int fits_cores;
+    char **rx;  /* [writer]: the writer's two boxes in this rank's segment (NULL for itself) */
+    char **tx;  /* [reader]: this rank's two boxes in the reader's segment (NULL for itself) */
+    /* This rank's contribution when it cannot be read from the user's buffer
+     * during the call: scaled (avg, premulsum) or overwritten (in place). */
+    _Alignas(64) char stash[PLAIT_FAST_MAX_BYTES];
+};
+
+static int all_pairs_on(const struct plait_comm *comm, int tp_id)
+{
+    for (int a = 0; a < comm->nranks; a++)
+        for (int b = a + 1; b < comm->nranks; b++)
+            if (plait_pair_transport(comm, a, b) != tp_id)
+                return 0;
+    return 1;
+}
+
+size_t plait_fast_region_bytes(const struct plait_comm *comm, int tp_id)
+{
+    if (comm->nranks < 2 || comm->nranks > PLAIT_FAST_MAX_RANKS || comm->set.proto == PLAIT_PROTO_SIMPLE)
+        return 0;
+    if (tp_id != PLAIT_TP_SHM && tp_id != PLAIT_TP_INPROC)
+        return 0;
+    if (!all_pairs_on(comm, tp_id))
+        return 0;
+    return (size_t)comm->nranks * 2 * BOX_BYTES;
+}
+
+/* Whether the host has a core per rank, by a count every rank agrees on: the
+ * cores of the host's graph when every rank sees the same graph. */
+static int fits_cores(const struct plait_comm *comm)
+{
+    if (!comm->topo)
+        return 0;
+    for (int r = 0; r < comm->nranks; r++)
+        if (comm->ranks[r].topo_hash != comm->ranks[0].topo_hash)
+            return 0;
+    int cores = 0;
+    for (int i = 0; i < comm->topo->nnodes; i++) {
+        const struct plait_topo_node *node = &comm->topo->nodes[i];
+        if (node->type != PLAIT_TOPO_CPU)
+            continue;
+        if (node->cpu.ncores <= 0)
+            return 0; /* unknown */
+        cores += node->cpu.ncores;
+    }
+    return cores >= comm->nranks;
+}
+
+void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, const size_t *region_off)
+{
+    const int n = comm->nranks, me = comm->rank;
+    struct plait_fast *f = NULL;
+    if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0)
+        return;
+    memset(f, 0, sizeof(*f));
+    f->tp_id = tp_id;
+    f->fits_cores = fits_cores(comm);
+    f->rx = calloc((size_t)n, sizeof(char *));
+    f->tx = calloc((size_t)n, sizeof(char *));
+    if (!f->rx || !f->tx) {
+        free(f->rx);
+        free(f->tx);
+        free(f);
+        return;
+    }
+    for (int p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        f->rx[p] = base[me] + region_off[me] + (size_t)p * 2 * BOX_BYTES;
+        f->tx[p] = base[p] + region_off[p] + (size_t)me * 2 * BOX_BYTES;
+    }
+    comm->fast = f;
+    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+               "rank %d: small-message path on (%d ranks, up to %d bytes per rank pair; broadcast and reduce %s)", me,
+               n, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
+}
+
+void plait_fast_detach(struct plait_comm *comm, int tp_id)
+{
+    struct plait_fast *f = comm->fast;
+    if (!f || f->tp_id != tp_id)
+        return;
+    comm->fast = NULL;
+    free(f->rx);
+    free(f->tx);
+    free(f);
+}
+
+int plait_fast_eligible(const struct plait_comm *comm, int coll, size_t bytes)
+{
+    if (!comm->fast || comm->set.algo[coll] != PLAIT_ALGO_AUTO)
+        return 0;
+    switch (coll) {
+    case PLAIT_COLL_BARRIER:
+        return 1;
+    case PLAIT_COLL_ALLREDUCE:
+    case PLAIT_COLL_REDUCESCATTER:
+    case PLAIT_COLL_ALLGATHER:
+    case PLAIT_COLL_ALLTOALL:
+        return bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
+    case PLAIT_COLL_BROADCAST:
+    case PLAIT_COLL_REDUCE:
+        return comm->fast->fits_cores && bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
+    default:
+        return 0;
+    }
+}
+
+static int is_reduction(int coll)
+{
+    return coll == PLAIT_COLL_ALLREDUCE || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_REDUCE;
+}
+
+/* Whether this rank pushes data (not only the tag) to peer p. */
+static int sends_data_to(const struct plait_op *op, int p)
+{
+    const int me = op->comm->rank, root = op->args.root;
+    if (op->coll == PLAIT_COLL_BARRIER)
+        return 0;
+    if (op->coll == PLAIT_COLL_BROADCAST)
+        return me == root;
+    if (op->coll == PLAIT_COLL_REDUCE)
+        return p == root;
+    return 1;
+}
+
+/* Whether a rank's contribution must be transformed before it is combined. */
+static int needs_pre(const struct plait_op *op)
+{
+    return is_reduction(op->coll) && (op->red.op == PLAIT_AVG || op->red.op == PLAIT_RED_PREMULSUM);
+}
+
+/* The block of the send buffer destined for rank p. */
+static const char *block_for(const struct plait_op *op, int p)
+{
+    if (op->coll == PLAIT_COLL_REDUCESCATTER || op->coll == PLAIT_COLL_ALLTOALL)
+        return op->sendbuff + (size_t)p * op->fast_bytes;
+    return op->sendbuff;
+}
+
+void plait_fast_prepare(struct plait_op *op, size_t bytes, int dtype, int redop)
+{
+    struct plait_comm *comm = op->comm;
+    op->fast_seq = ++comm->fast_seq;
+    op->fast_bytes = bytes;
+    uint64_t h = (uint64_t)op->coll | (uint64_t)(uint32_t)dtype << 8 | (uint64_t)(uint32_t)redop << 16 |
+                 (uint64_t)(uint32_t)op->args.root << 24;
+    h ^= (uint64_t)bytes * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    op->fast_tag = (op->fast_seq & 0xffffffffull) << 32 | (op->coll_seq & 0xfffull) << 20 | (h & 0xfffffull);
+}
+
+/* Pushes this rank's blocks into its peers' boxes. The stash is the
+ * communicator's, so it is filled here, when the op runs (its calls run one at
+ * a time), not when it is issued (a group may issue several). */
+static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
+{
+    const struct plait_comm *comm = op->comm;
+    const int n = comm->nranks, me = comm->rank;
+    const size_t bytes = op->fast_bytes;
+    const int pre = needs_pre(op);
+    const char *own = block_for(op, me);
+    /* A reduce's non-root writes no result (its recvbuff may be NULL). */
+    const int writes_result = op->coll != PLAIT_COLL_REDUCE || me == op->args.root;
+    if (pre) {
+        plait_reduce_apply(&op->red, f->stash, own, NULL, (size_t)op->args.count, PLAIT_RED_PRE);
+        own = f->stash;
+    } else if (is_reduction(op->coll) && writes_result && own < op->recvbuff + bytes && op->recvbuff < own + bytes) {
+        /* In place: the result is built in recvbuff before our turn comes. */
+        memcpy(f->stash, own, bytes);
+        own = f->stash;
+    }
+    op->fast_own = own;
+    for (int i = 1; i < n; i++) {
+        const int p = (me + i) % n;
+        char *box = f->tx[p] + parity_off;
+        if (bytes && sends_data_to(op, p)) {
+            if (op->coll == PLAIT_COLL_ALLREDUCE || op->coll == PLAIT_COLL_REDUCE)
+                memcpy(box + BOX_HDR, op->fast_own, bytes);
+            else if (pre)
+                plait_reduce_apply(&op->red, box + BOX_HDR, block_for(op, p), NULL, (size_t)op->args.count,
+                                   PLAIT_RED_PRE);
+            else
+                memcpy(box + BOX_HDR, block_for(op, p), bytes);
+        }
+        /* Publishes the data above to the reader's acquire of the tag. */
+        __atomic_store_n((uint64_t *)box, op->fast_tag, __ATOMIC_RELEASE);
+    }
+}
+
+/* Combines rank k's block into the result. */
+static void consume(struct plait_op *op, int k, const char *in)
+{
+    const int n = op->comm->nranks;
+    const size_t bytes = op->fast_bytes;
+    switch (op->coll) {
+    case PLAIT_COLL_BROADCAST:
+        /* Every box is waited for (the reuse rule); only the root's has data. */
+        if (k == op->args.root && op->recvbuff != in)
+            memcpy(op->recvbuff, in, bytes);
+        break;
+    case PLAIT_COLL_REDUCE:
+        if (op->comm->rank != op->args.root)
+            break;
+        /* The root reduces like allreduce. */
+        /* fall through */
+    case PLAIT_COLL_ALLREDUCE:
+    case PLAIT_COLL_REDUCESCATTER: {
+        const unsigned post_flag = k == n - 1 ? PLAIT_RED_POST : 0;
+        if (k == 0)
+            plait_reduce_apply(&op->red, op->recvbuff, in, NULL, (size_t)op->args.count, post_flag);
+        else
+            plait_reduce_apply(&op->red, op->recvbuff, in, op->recvbuff, (size_t)op->args.count, post_flag);
+        break;
+    }
+    case PLAIT_COLL_ALLGATHER:
+    case PLAIT_COLL_ALLTOALL: {
+        char *dst = op->recvbuff + (size_t)k * bytes;
+        if (dst != in)
+            memcpy(dst, in, bytes);
+        break;
+    }
+    default: /* barrier: the tag is the message */
+        break;
+    }
+}
+
+static plait_result_t mismatch(const struct plait_op *op, int peer, const char *what)
+{
+    char who[160];
+    return plait_error(PLAIT_ERR_INVALID_USAGE,
+                       "%s (operation #%llu, collective #%llu) on rank %d: %s %s: the ranks called mismatched "
+                       "collectives (kind, count, type, op or order)",
+                       op->name, (unsigned long long)op->seq, (unsigned long long)op->coll_seq, op->comm->rank,
+                       plait_peer_str(op->comm, peer, who, sizeof(who)), what);
+}
+
+/* Data in a ring FIFO from `peer` while we wait on the small-message path: the
+ * peer runs this collective on the FIFO path, so the calls differ. (Point-to-
+ * point traffic may legitimately arrive early: only ring classes count.) */
+static plait_result_t check_fifo_traffic(const struct plait_op *op, int peer)
+{
+    const struct plait_comm *comm = op->comm;
+    for (int c = 0; c < comm->nchannels; c++) {
+        const struct plait_conn *conn = comm->conns[peer * comm->ncls + c];
+        if (conn && plait_ld_acquire_u64(conn->rx_tail) > conn->rx_consumed)
+            return mismatch(op, peer, "sent collective data through its FIFOs (a larger call?) while this rank "
+                                      "waits on the small-message path");
+    }
+    return PLAIT_SUCCESS;
+}
+
+int plait_fast_advance(struct plait_task *t, plait_result_t *err)
+{
+    struct plait_op *op = t->op;
+    struct plait_comm *comm = op->comm;
+    struct plait_fast *f = comm->fast;
+    const int n = comm->nranks, me = comm->rank;
+    const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
+    int moved = 0;
+    if (!t->has_step) {
+        post(op, f, parity_off);
+        t->has_step = 1;
+        t->fast_next = 0;
+        moved = 1;
+    }
+    while (t->fast_next < n) {
+        const int k = t->fast_next;
+        const char *in = op->fast_own;
+        if (k != me) {
+            const char *box = f->rx[k] + parity_off;
+            uint64_t tag = __atomic_load_n((const uint64_t *)box, __ATOMIC_ACQUIRE);
+            if (tag != op->fast_tag) {
+                if (tag >> 32 == op->fast_tag >> 32) {
+                    *err = mismatch(op, k, "is in a different collective at the same point");
+                    return FAST_ERROR;
+                }
+                /* A peer seen gone (plait_comm_check_peers, every millisecond
+                 * of a wait) fills no more boxes. Its exit came after its last
+                 * stores, so the tag is read once more after the flag: a box
+                 * it filled before dying is still taken. */
+                if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[k], __ATOMIC_ACQUIRE) &&
+                    (tag = __atomic_load_n((const uint64_t *)box, __ATOMIC_ACQUIRE)) != op->fast_tag) {
+                    *err = plait_error_context(plait_comm_peer_gone(comm, k,
+                                                                    op->coll == PLAIT_COLL_BARRIER
+                                                                        ? "waiting for it to enter the barrier"
+                                                                        : "waiting for its part on the small-message "
+                                                                          "path"),
+                                               "%s (operation #%llu) on rank %d", op->name,
+                                               (unsigned long long)op->seq, me);
+                    return FAST_ERROR;
+                }
+                if (tag == op->fast_tag)
+                    continue; /* taken on the next turn */
+                if ((++t->fast_polls & 1023) == 0 && (*err = check_fifo_traffic(op, k)) != PLAIT_SUCCESS)
+                    return FAST_ERROR;
+                return moved ? FAST_PROGRESSED : FAST_BLOCKED;
+            }
+            in = box + BOX_HDR;
+        }
+        consume(op, k, in);
+        t->fast_next++;
+        moved = 1;
+    }
+    return FAST_DONE;
+}
+
+plait_result_t plait_fast_check_mismatch(const struct plait_op *op)
+{
+    const struct plait_comm *comm = op->comm;
+    const struct plait_fast *f = comm->fast;
+    if (!f || !op->coll_seq)
+        return PLAIT_SUCCESS;
+    const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
+    for (int k = 0; k < comm->nranks; k++) {
+        if (k == comm->rank)
+            continue;
+        const uint64_t tag = __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE);
+        if (tag >> 32 == (op->fast_seq & 0xffffffffull) && (tag >> 20 & 0xfff) == (op->coll_seq & 0xfff))
+            return mismatch(op, k, "runs this collective on the small-message path (a smaller call?) while this "
+                                   "rank runs it through the FIFOs");
+    }
+    return PLAIT_SUCCESS;
+}
+
+void plait_fast_waits(const struct plait_task *t, struct plait_waits *w)
+{
+    const struct plait_op *op = t->op;
+    const struct plait_comm *comm = op->comm;
+    const struct plait_fast *f = comm->fast;
+    if (!f || !t->has_step)
+        return;
+    const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
+    for (int k = t->fast_next; k < comm->nranks; k++)
+        if (k != comm->rank &&
+            __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE) != op->fast_tag)
+            plait_waits_add(w, k,
+                            op->coll == PLAIT_COLL_BARRIER ? "its entry into the barrier"
+                                                           : "its part on the small-message path");
+}
+
+/* The checks a waiting rank makes every millisecond (as the executor does). */
+static plait_result_t idle_checks(const struct plait_task *t, double deadline)
+{
+    const struct plait_op *op = t->op;
+    struct plait_comm *c = op->comm;
+    plait_result_t res = plait_comm_check_waiting(c);
+    if (res)
+        return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
+                                   c->rank);
+    if (plait_deadline_passed(deadline)) {
+        struct plait_waits w = {0};
+        plait_fast_waits(t, &w);
+        return plait_timeout_error(op, c->set.coll_timeout_s, &w);
+    }
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_fast_run(struct plait_op *op)
+{
+    struct plait_comm *comm = op->comm;
+    plait_result_t status = PLAIT_SUCCESS;
+    /* Paired with plait_comm_abort, as in plait_exec_run: busy is raised before
+     * the abort flag is read, so an abort either waits for us or is seen here
+     * before the segments are touched. */
+    __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
+        status = plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", op->name,
+                             comm->rank);
+        __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+        return status;
+    }
+    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_ISSUED], 1, __ATOMIC_RELEASE);
+    struct plait_task t;
+    t.op = op;
+    t.has_step = 0;
+    t.fast_next = 0;
+    t.fast_polls = 0;
+    /* The clock is read only once the rank has to wait, and then once every
+     * 64 polls: a call that finds its peers' data spends no time on it. */
+    uint64_t idle_since = 0, last_check = 0;
+    double deadline = 0;
+    unsigned polls = 0;
+    for (;;) {
+        int r = plait_fast_advance(&t, &status);
+        if (r == FAST_DONE)
+            break;
+        if (r == FAST_ERROR)
+            goto failed;
+        if (r == FAST_PROGRESSED) {
+            idle_since = 0;
+            continue;
+        }
+        if (idle_since && (++polls & 63) != 0 && comm->spin_ns > 0) {
+            plait_cpu_relax();
+            continue;
+        }
+        uint64_t now = plait_now_ns();
+        if (!idle_since) {
+            idle_since = now;
+            if (!last_check) {
+                last_check = now;
+                deadline = plait_deadline(comm->set.coll_timeout_s);
+            }
+        }
+        plait_idle_pause(now - idle_since, comm->spin_ns);
+        if (now - last_check > 1000000ull) {
+            last_check = now;
+            if ((status = idle_checks(&t, deadline)) != PLAIT_SUCCESS)
+                goto failed;
+        }
+    }
+    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_COMPLETED], 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    return PLAIT_SUCCESS;
+
+failed:
+    /* The boxes' state is unknown after a failure: the communicator refuses
+     * further work, as after a failure on the FIFO path. */
+    plait_comm_set_async_error(comm, status, plait_last_error_get());
+    __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
+    /* Returned, though with an error: see plait_exec_run. */
+    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_COMPLETED], 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    return status;
+}
