@@ -14,8 +14,13 @@
  *
  * Connections are made at init: the lower rank connects, both sides run the
  * challenge-response with the communicator's secret, then the connector names its
- * rank and class. Connecting only upwards and accepting afterwards cannot
- * deadlock: the highest rank only accepts. */
+ * rank and class in a hello. Connecting only upwards and accepting afterwards
+ * cannot deadlock: the highest rank only accepts. A connection that fails the
+ * handshake or whose hello names no connection this rank expects (not a hello,
+ * a rank not below it, a class out of range, a class already connected) is
+ * dropped and the expected peers keep their chance; if they do not come by the
+ * deadline, the error says how many were dropped and, for the last, where it
+ * came from and what was wrong (tests/test_tcp.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -240,6 +245,28 @@ static void tcp_teardown(struct plait_comm *comm)
     free(st);
 }
 
+/* What is wrong with a hello that a connection to rank `me` introduced itself
+ * with (written into why), or 0 when it names a connection this rank expects. */
+static int hello_problem(const struct plait_comm *comm, int me, const struct hello *h, char *why, size_t len)
+{
+    if (h->magic != HELLO_MAGIC)
+        snprintf(why, len, "not a hello (magic 0x%08x, a hello starts with 0x%08x)", h->magic, HELLO_MAGIC);
+    else if (h->rank < 0 || h->rank >= me)
+        snprintf(why, len, "a hello from rank %d, not a rank below %d (only lower ranks connect)", h->rank, me);
+    else if (h->cls < 0 || h->cls >= comm->ncls)
+        snprintf(why, len, "a hello from rank %d for connection class %d of %d", h->rank, h->cls, comm->ncls);
+    else if (plait_pair_transport(comm, me, h->rank) != PLAIT_TP_SOCKET)
+        snprintf(why, len, "a hello from rank %d, which does not use sockets with rank %d", h->rank, me);
+    else if (!plait_conn_needed(comm, me, h->rank, h->cls))
+        snprintf(why, len, "a hello from rank %d for connection class %d, which rank %d does not use", h->rank,
+                 h->cls, me);
+    else if (comm->conns[h->rank * comm->ncls + h->cls])
+        snprintf(why, len, "a second hello from rank %d for connection class %d", h->rank, h->cls);
+    else
+        return 0;
+    return 1;
+}
+
 static plait_result_t tcp_setup(struct plait_comm *comm)
 {
     const int n = comm->nranks, me = comm->rank;
@@ -324,25 +351,40 @@ static plait_result_t tcp_setup(struct plait_comm *comm)
             comm->conns[p * comm->ncls + c] = &t->conn;
         }
     }
+    /* A connection that fails to authenticate or to introduce itself properly
+     * is dropped; the peers we expect keep their chance until the deadline. If
+     * they do not come, the error says what was dropped last and from where. */
+    int ndropped = 0;
+    char dropped[400] = "";
     while (!status && expect_accepts > 0) {
         int fd = -1;
         status = plait_sock_accept(lfd, deadline, &comm->abort_flag, &fd);
-        if (status)
+        if (status) {
+            if (ndropped)
+                status = plait_error_context(status, "socket: rank %d still waited for %d connection(s) from lower "
+                                                     "ranks, and dropped %d; the last, %s",
+                                             me, expect_accepts, ndropped, dropped);
             break;
-        /* A connection that fails to authenticate or to introduce itself properly
-         * is dropped; the peers we expect keep their chance until the deadline. */
+        }
+        union plait_sockaddr from;
+        socklen_t flen = sizeof(from);
+        char from_str[PLAIT_SOCKADDR_STRLEN] = "an unknown address";
+        if (getpeername(fd, &from.sa, &flen) == 0)
+            plait_sockaddr_str(&from, from_str, sizeof(from_str));
         struct hello h;
+        char why[200];
         if (plait_sock_auth_server(fd, secret, deadline, &comm->abort_flag) != PLAIT_SUCCESS ||
             plait_sock_recv_all(fd, &h, sizeof(h), deadline, &comm->abort_flag) != PLAIT_SUCCESS) {
-            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection: %s", me, plait_last_error_get());
+            snprintf(dropped, sizeof(dropped), "from %s: %s", from_str, plait_last_error_get());
+            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", me, dropped);
+            ndropped++;
             close(fd);
             continue;
         }
-        if (h.magic != HELLO_MAGIC || h.rank < 0 || h.rank >= me || h.cls < 0 || h.cls >= comm->ncls ||
-            plait_pair_transport(comm, me, h.rank) != PLAIT_TP_SOCKET ||
-            !plait_conn_needed(comm, me, h.rank, h.cls) || comm->conns[h.rank * comm->ncls + h.cls]) {
-            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection with a bad hello (rank %d class %d)",
-                       me, h.rank, h.cls);
+        if (hello_problem(comm, me, &h, why, sizeof(why))) {
+            snprintf(dropped, sizeof(dropped), "from %s: %s", from_str, why);
+            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", me, dropped);
+            ndropped++;
             close(fd);
             continue;
         }
