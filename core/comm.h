@@ -258,6 +258,24 @@ int plait_stream_cuda(plait_stream_t stream, void **cu_stream_out);
 /* Records an error found asynchronously on comm (first one wins). */
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);
 
+/* Transports at init and destroy (core/comm_transport.c). setup: picks each
+ * peer's transport (plait_pair_transport, into tp_of) and runs every
+ * transport's collective setup in order; the error names the transport.
+ * teardown: every transport's teardown, in reverse order. */
+plait_result_t plait_comm_transports_setup(struct plait_comm *comm);
+void plait_comm_transports_teardown(struct plait_comm *comm);
+/* The name of the transport that joins this rank to `peer` ("shm", ...). */
+const char *plait_comm_transport_name(const struct plait_comm *comm, int peer);
+
+/* Dead peers (core/comm_liveness.c). watch: a pidfd for every same-host peer
+ * in another process (pidfds[p], -1 where none or where pidfd_open failed);
+ * unwatch: closes them (the array itself is freed with the communicator). */
+void plait_comm_watch_peers(struct plait_comm *comm);
+void plait_comm_unwatch_peers(struct plait_comm *comm);
+
+/* Frees every registration left on comm (core/comm_register.c). */
+void plait_comm_regs_free(struct plait_comm *comm);
+
 /* Checks for peers that are gone (pidfds) and for deaths other same-host ranks
  * have published; marks connections, sets dead_peer. */
 void plait_comm_check_peers(struct plait_comm *comm);
