@@ -222,7 +222,7 @@ struct rank_card {
 static void comm_release(struct plait_comm *comm)
 {
     /* First: it waits for the device's last launch and stops the proxy,
-     * which uses the socket connections torn down below. */
+     * which uses the TCP connections torn down below. */
     plait_cuda_comm_free(comm);
     plait_cuda_ce_free(comm); /* windows of a communicator without device state too (idempotent) */
     plait_comm_transports_teardown(comm);
@@ -329,7 +329,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     comm->dead_peer = -1;
     comm->dead_reporter = -1;
     comm->blocking = 1;
-    comm->max_channels = 0;
+    comm->config_max_channels = 0;
     comm->my_ops = comm->local_ops;
     comm->owner_pid = getpid();
     if (plait_handle_add(PLAIT_HANDLE_COMM, comm) != 0) {
@@ -342,11 +342,11 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
         if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
             comm->blocking = config->blocking != 0;
         if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
-            comm->max_channels = config->max_ctas;
+            comm->config_max_channels = config->max_ctas;
         else if (config->max_ctas == 0)
-            comm->max_channels = -1; /* no CTA of their own for device collectives (core/cuda/coll.c) */
+            comm->config_max_channels = -1; /* no CTA of their own for device collectives (core/cuda/coll.c) */
         if (config->min_ctas != PLAIT_CONFIG_UNDEF_INT && config->min_ctas > 0)
-            comm->min_channels = config->min_ctas;
+            comm->config_min_channels = config->min_ctas;
         if (config->name)
             snprintf(comm->name, sizeof(comm->name), "%s", config->name);
     }
@@ -389,9 +389,12 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
 
     if ((status = plait_settings_load(&comm->set)))
         return status;
-    /* The config's CTA bounds win over the environment's (NCCL's order). */
-    int lo = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
-    int hi = comm->max_channels > 0 ? comm->max_channels : comm->max_channels < 0 ? 0 : comm->set.max_ctas;
+    /* The config's channel bounds (max_ctas, min_ctas) win over the
+     * environment's (PLAIT_MAX_CTAS, PLAIT_MIN_CTAS), in NCCL's order. */
+    int lo = comm->config_min_channels > 0 ? comm->config_min_channels : comm->set.min_channels;
+    int hi = comm->config_max_channels > 0   ? comm->config_max_channels
+             : comm->config_max_channels < 0 ? 0
+                                             : comm->set.max_channels;
     if (lo > 0 && comm->set.nchannels < lo)
         comm->set.nchannels = lo > 32 ? 32 : lo;
     if (hi > 0 && comm->set.nchannels > hi)
@@ -657,7 +660,7 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id)
             return plait_error_context(status, "PLAIT_COMM_ID");
         uint8_t secret[PLAIT_SECRET_BYTES];
         int has_secret = 0;
-        if ((status = plait_env_secret(secret, &has_secret)))
+        if ((status = plait_secret_from_env(secret, &has_secret)))
             return status;
         if (!has_secret) {
             char where[320];
@@ -828,12 +831,12 @@ plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_com
     else {
         config_read(NULL, &cfg);
         cfg.blocking = comm->blocking;
-        if (comm->max_channels > 0)
-            cfg.max_ctas = comm->max_channels;
-        else if (comm->max_channels < 0)
+        if (comm->config_max_channels > 0)
+            cfg.max_ctas = comm->config_max_channels;
+        else if (comm->config_max_channels < 0)
             cfg.max_ctas = 0;
-        if (comm->min_channels > 0)
-            cfg.min_ctas = comm->min_channels;
+        if (comm->config_min_channels > 0)
+            cfg.min_ctas = comm->config_min_channels;
     }
     status = plait_comm_init_internal(newcomm_out, newn, &cards[leader].id, newrank, &cfg, 0, "plait_comm_split");
 out:

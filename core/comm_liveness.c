@@ -99,7 +99,7 @@ static void check_peers_locked(struct plait_comm *comm)
          * for more becomes an error. */
         for (int c = 0; c < comm->ncls; c++) {
             struct plait_conn *conn = comm->conns[p * comm->ncls + c];
-            /* A socket peer's last data may still sit in our kernel buffer:
+            /* A TCP peer's last data may still sit in our kernel buffer:
              * its EOF, read in order after that data, is what ends it. */
             if (conn && !conn->needs_progress)
                 __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);

@@ -13,7 +13,7 @@
 static const struct plait_transport *const transports[PLAIT_TP_COUNT] = {
     [PLAIT_TP_INPROC] = &plait_transport_inproc,
     [PLAIT_TP_SHM] = &plait_transport_shm,
-    [PLAIT_TP_SOCKET] = &plait_transport_socket,
+    [PLAIT_TP_TCP] = &plait_transport_tcp,
 };
 
 int plait_pair_transport(const struct plait_comm *comm, int a, int b)
@@ -21,8 +21,8 @@ int plait_pair_transport(const struct plait_comm *comm, int a, int b)
     if (a == b)
         return PLAIT_TP_INPROC;
     const struct plait_rank_info *ra = &comm->ranks[a], *rb = &comm->ranks[b];
-    if (ra->host_index != rb->host_index || comm->set.transport_force == PLAIT_FORCE_SOCKET)
-        return PLAIT_TP_SOCKET;
+    if (ra->host_index != rb->host_index || comm->set.transport_force == PLAIT_FORCE_TCP)
+        return PLAIT_TP_TCP;
     if (ra->process_token == rb->process_token && ra->pid == rb->pid)
         return PLAIT_TP_INPROC;
     return PLAIT_TP_SHM;
