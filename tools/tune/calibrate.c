@@ -975,7 +975,7 @@ int tune_calibrate(const struct tune_args *a)
         v = pp_sock - cpu_part;
         if (v <= 0)
             v = pp_sock / 2;
-        k.alpha[PLAIT_MLINK_SOCKET] = v;
+        k.alpha[PLAIT_MLINK_TCP] = v;
         say("alpha.socket", v, "", "ping-pong - call - step");
     } else {
         printf("  ping-pong failed: %s\n", why[0] ? why : "no call/step overheads to subtract");
@@ -988,7 +988,7 @@ int tune_calibrate(const struct tune_args *a)
     why[0] = '\0';
     if (bench_procs(2, &sst, env_sock, &v, why, sizeof(why)) == 0) {
         v /= (double)stream_bytes;
-        k.beta[PLAIT_MLINK_SOCKET] = v;
+        k.beta[PLAIT_MLINK_TCP] = v;
         say("beta.socket", v, "", "2 processes exchanging over TCP, per byte");
     } else {
         printf("  stream failed: %s\n", why);

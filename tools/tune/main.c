@@ -299,7 +299,7 @@ static int parse_args(int argc, char **argv, struct tune_args *a)
             else if (strcmp(value, "inproc") == 0)
                 a->link = PLAIT_MLINK_INPROC;
             else if (strcmp(value, "socket") == 0)
-                a->link = PLAIT_MLINK_SOCKET;
+                a->link = PLAIT_MLINK_TCP;
             else
                 return tune_usage_error("--link '%s': expected shm, inproc or socket", value);
             a->has_link = true;

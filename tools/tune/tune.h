@@ -33,7 +33,7 @@ struct tune_args {
     bool has_ranks;
     int nodes;
     bool has_nodes;
-    int link;                        /* PLAIT_MLINK_SHM, _INPROC, _SOCKET */
+    int link;                        /* PLAIT_MLINK_SHM, _INPROC, _TCP */
     bool has_link;
     int channels;                    /* 0: the default */
     uint64_t from, to, size;
