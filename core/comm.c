@@ -1,20 +1,21 @@
-/* Communicators: creation (rank, all, from the environment, split), the node map,
- * transport choice per peer pair, teardown, abort, and the small queries. */
+/* Communicators' lifecycle: creation (rank, all, split; core/init_env.c makes
+ * one from the environment through plait_comm_init_internal), the node map,
+ * finalize, destroy, abort, the asynchronous error and the small queries; the
+ * result strings; the process identity and fork hooks. Which transport joins
+ * each pair of ranks is core/comm_transport.c; dead peers are
+ * core/comm_liveness.c; registrations core/comm_register.c; premultiplied-sum
+ * operators core/premulsum.c. */
 #define _GNU_SOURCE
 #include "core/comm.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "algorithms/algorithms.h"
 #include "bootstrap/bootstrap.h"
 #include "core/cuda/cu.h"
 #include "core/cuda/cuda.h"
@@ -23,14 +24,6 @@
 #include "base/net.h"
 #include "core/tuner_comm.h"
 #include "base/util.h"
-
-/* Transports in set-up order. Every rank runs every transport's setup (each is
- * collective), even one it has no peer for. */
-static const struct plait_transport *const transports[PLAIT_TP_COUNT] = {
-    [PLAIT_TP_INPROC] = &plait_transport_inproc,
-    [PLAIT_TP_SHM] = &plait_transport_shm,
-    [PLAIT_TP_SOCKET] = &plait_transport_socket,
-};
 
 /* ------------------------------------------------------------ results, version */
 
@@ -153,37 +146,6 @@ uint64_t plait_process_token(void)
     return t;
 }
 
-int plait_pair_transport(const struct plait_comm *comm, int a, int b)
-{
-    if (a == b)
-        return PLAIT_TP_INPROC;
-    const struct plait_rank_info *ra = &comm->ranks[a], *rb = &comm->ranks[b];
-    if (ra->host_index != rb->host_index || comm->set.transport_force == PLAIT_FORCE_SOCKET)
-        return PLAIT_TP_SOCKET;
-    if (ra->process_token == rb->process_token && ra->pid == rb->pid)
-        return PLAIT_TP_INPROC;
-    return PLAIT_TP_SHM;
-}
-
-int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls)
-{
-    if (cls == comm->ncls - 1)
-        return 1;
-    /* ring channels join the peers any algorithm of the table may use, and the
-     * neighbours of the topology's ring orders */
-    return plait_algo_connects(comm->nranks, comm->set.tree_radix, comm->set.algo, rank, peer) ||
-           plait_comm_ring_neighbours(comm, rank, peer, cls);
-}
-
-const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len)
-{
-    if (comm->ranks && peer >= 0 && peer < comm->nranks)
-        snprintf(buf, len, "rank %d (host %s, pid %d)", peer, comm->ranks[peer].hostname, comm->ranks[peer].pid);
-    else
-        snprintf(buf, len, "rank %d", peer);
-    return buf;
-}
-
 /* ------------------------------------------------------------ async state */
 
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg)
@@ -245,167 +207,12 @@ plait_result_t plait_comm_check(struct plait_comm *comm, const char *fn)
     return PLAIT_SUCCESS;
 }
 
-static void check_peers_locked(struct plait_comm *comm);
-
-/* dead_peer and dead_reporter, with the peer state check_peers keeps, are
- * written and read under peers_lock only: the CUDA proxy thread checks peers
- * while the issuing thread builds its error. What the hot waits read
- * (conn->peer_gone, peer_exited) is atomic besides. */
-plait_result_t plait_comm_check_waiting(struct plait_comm *comm)
-{
-    if (plait_aborted(&comm->abort_flag))
-        return plait_error(PLAIT_ERR_REMOTE, "communicator aborted (plait_comm_abort)");
-    pthread_mutex_lock(&comm->peers_lock);
-    check_peers_locked(comm);
-    const int dead = comm->dead_peer, reporter = comm->dead_reporter;
-    pthread_mutex_unlock(&comm->peers_lock);
-    if (dead < 0)
-        return PLAIT_SUCCESS;
-    char who[160], by[48] = "";
-    if (reporter >= 0)
-        snprintf(by, sizeof(by), " (as rank %d found)", reporter);
-    plait_result_t res = plait_error(PLAIT_ERR_REMOTE,
-                                     "%s died in the middle of an operation%s; the communicator is broken",
-                                     plait_peer_str(comm, dead, who, sizeof(who)), by);
-    plait_comm_publish_death(comm, dead);
-    return res;
-}
-
-void plait_comm_check_peers(struct plait_comm *comm)
-{
-    /* The issuing thread (the CPU executor) and, while a device launch is in
-     * flight, the CUDA proxy thread (core/cuda/proxy.c) both check. */
-    pthread_mutex_lock(&comm->peers_lock);
-    check_peers_locked(comm);
-    pthread_mutex_unlock(&comm->peers_lock);
-}
-
-static void check_peers_locked(struct plait_comm *comm)
-{
-    for (int p = 0; p < comm->nranks; p++) {
-        if (!comm->pidfds || comm->pidfds[p] < 0)
-            continue;
-        struct pollfd pfd = {.fd = comm->pidfds[p], .events = POLLIN};
-        if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
-            continue;
-        /* Kept after the pidfd goes: a wait that needs this peer (a FIFO slot,
-         * a small-message box) then fails at once. */
-        if (comm->peer_exited)
-            __atomic_store_n(&comm->peer_exited[p], 1, __ATOMIC_RELEASE);
-        /* The process is gone: what it left in our FIFOs is still read; waiting
-         * for more becomes an error. */
-        for (int c = 0; c < comm->ncls; c++) {
-            struct plait_conn *conn = comm->conns[p * comm->ncls + c];
-            /* A socket peer's last data may still sit in our kernel buffer:
-             * its EOF, read in order after that data, is what ends it. */
-            if (conn && !conn->needs_progress)
-                __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
-        }
-        const uint64_t *ops = comm->peer_ops ? comm->peer_ops[p] : NULL;
-        if (ops && __atomic_load_n(&ops[PLAIT_OPS_ISSUED], __ATOMIC_ACQUIRE) >
-                       __atomic_load_n(&ops[PLAIT_OPS_COMPLETED], __ATOMIC_ACQUIRE) &&
-            comm->dead_peer < 0) {
-            comm->dead_peer = p;
-            comm->dead_reporter = -1;
-            char who[160];
-            PLAIT_WARN(PLAIT_SUBSYS_INIT, "rank %d: %s died during an operation", comm->rank,
-                       plait_peer_str(comm, p, who, sizeof(who)));
-        }
-        close(comm->pidfds[p]);
-        comm->pidfds[p] = -1;
-    }
-    /* A rank that failed because another died says so in its header (it may
-     * itself exit next: the death it saw is the one to report, not its own). */
-    for (int p = 0; p < comm->nranks && comm->peer_ops; p++) {
-        const uint64_t *ops = comm->peer_ops[p];
-        if (!ops)
-            continue;
-        uint64_t culprit = __atomic_load_n(&ops[PLAIT_OPS_CULPRIT], __ATOMIC_ACQUIRE);
-        if (culprit == 0 || culprit > (uint64_t)comm->nranks || (int)culprit - 1 == comm->rank)
-            continue;
-        /* take the first report; and when the rank we saw die had itself seen
-         * another die first, that other one is the cause */
-        if (comm->dead_peer < 0 || (comm->dead_peer == p && comm->dead_reporter < 0)) {
-            comm->dead_peer = (int)culprit - 1;
-            comm->dead_reporter = p;
-        }
-    }
-    /* Every rank, on any host: a notice on the bootstrap ring that a rank
-     * failed because another died. */
-    int culprit = -1, from = -1;
-    if (plait_bootstrap_poll_notices(comm->bs, &culprit, &from) && culprit != comm->rank &&
-        (comm->dead_peer < 0 || (comm->dead_peer == from && comm->dead_reporter < 0))) {
-        comm->dead_peer = culprit;
-        comm->dead_reporter = from;
-    }
-}
-
-void plait_comm_publish_death(struct plait_comm *comm, int peer)
-{
-    if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
-        return;
-    if (comm->my_ops != comm->local_ops) {
-        uint64_t none = 0;
-        __atomic_compare_exchange_n(&comm->my_ops[PLAIT_OPS_CULPRIT], &none, (uint64_t)peer + 1, 0, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
-    }
-    plait_bootstrap_notify_death(comm->bs, peer);
-}
-
-/* Who failed first, when `peer` is gone: *reporter_out is the rank that said
- * so, or -1 when this rank's own evidence decided. */
-static int blame(struct plait_comm *comm, int peer, int *reporter_out)
-{
-    *reporter_out = -1;
-    const double until = plait_deadline(PLAIT_BLAME_GRACE_S);
-    for (;;) {
-        pthread_mutex_lock(&comm->peers_lock);
-        check_peers_locked(comm);
-        const int dead = comm->dead_peer, reporter = comm->dead_reporter;
-        /* A same-host peer whose header we read: check_peers has taken any
-         * death it reported. A neighbour on the ring whose connection ended
-         * with no notice: it died itself. */
-        const int died = (comm->peer_exited && __atomic_load_n(&comm->peer_exited[peer], __ATOMIC_ACQUIRE) &&
-                          comm->peer_ops && comm->peer_ops[peer]) ||
-                         plait_bootstrap_neighbour_died(comm->bs, peer);
-        pthread_mutex_unlock(&comm->peers_lock);
-        if (dead >= 0 && dead != comm->rank) {
-            if (dead != peer)
-                *reporter_out = reporter;
-            return dead;
-        }
-        if (died || plait_deadline_passed(until))
-            return peer;
-        usleep(1000);
-    }
-}
-
-plait_result_t plait_comm_peer_gone(struct plait_comm *comm, int peer, const char *what)
-{
-    int reporter = -1;
-    const int culprit = blame(comm, peer, &reporter);
-    /* Before anything else (this rank may exit after returning the error):
-     * the ranks waiting on us must learn who really died. */
-    plait_comm_publish_death(comm, culprit);
-    char who[160], dead[160], by[48] = "";
-    plait_peer_str(comm, peer, who, sizeof(who));
-    if (culprit == peer)
-        return plait_error(PLAIT_ERR_REMOTE, "%s is gone (%s)", who, what);
-    if (reporter >= 0)
-        snprintf(by, sizeof(by), " (as rank %d found)", reporter);
-    return plait_error(PLAIT_ERR_REMOTE, "%s died%s; %s is gone with it (%s)",
-                       plait_peer_str(comm, culprit, dead, sizeof(dead)), by, who, what);
-}
-
 /* ------------------------------------------------------------ init */
 
 struct rank_card {
     struct plait_rank_info info;
     struct plait_settings set;
 };
-
-struct plait_reg;
-static void regs_free(struct plait_comm *comm);
 
 /* Releases everything the communicator holds except its own struct, which a
  * thread racing with plait_comm_abort may still read (its magic, flags and
@@ -415,17 +222,13 @@ static void regs_free(struct plait_comm *comm);
 static void comm_release(struct plait_comm *comm)
 {
     /* First: it waits for the device's last launch and stops the proxy,
-     * which uses the socket connections torn down below. */
+     * which uses the TCP connections torn down below. */
     plait_cuda_comm_free(comm);
     plait_cuda_ce_free(comm); /* windows of a communicator without device state too (idempotent) */
-    for (int t = PLAIT_TP_COUNT - 1; t >= 0; t--)
-        transports[t]->teardown(comm);
-    if (comm->pidfds)
-        for (int p = 0; p < comm->nranks; p++)
-            if (comm->pidfds[p] >= 0)
-                close(comm->pidfds[p]);
+    plait_comm_transports_teardown(comm);
+    plait_comm_unwatch_peers(comm);
     plait_bootstrap_close(comm->bs);
-    regs_free(comm);
+    plait_comm_regs_free(comm);
     free(comm->pidfds);
     free(comm->peer_exited);
     free(comm->peer_ops);
@@ -526,7 +329,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     comm->dead_peer = -1;
     comm->dead_reporter = -1;
     comm->blocking = 1;
-    comm->max_channels = 0;
+    comm->config_max_channels = 0;
     comm->my_ops = comm->local_ops;
     comm->owner_pid = getpid();
     if (plait_handle_add(PLAIT_HANDLE_COMM, comm) != 0) {
@@ -539,11 +342,11 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
         if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
             comm->blocking = config->blocking != 0;
         if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
-            comm->max_channels = config->max_ctas;
+            comm->config_max_channels = config->max_ctas;
         else if (config->max_ctas == 0)
-            comm->max_channels = -1; /* no CTA of their own for device collectives (core/cuda/coll.c) */
+            comm->config_max_channels = -1; /* no CTA of their own for device collectives (core/cuda/coll.c) */
         if (config->min_ctas != PLAIT_CONFIG_UNDEF_INT && config->min_ctas > 0)
-            comm->min_channels = config->min_ctas;
+            comm->config_min_channels = config->min_ctas;
         if (config->name)
             snprintf(comm->name, sizeof(comm->name), "%s", config->name);
     }
@@ -586,9 +389,12 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
 
     if ((status = plait_settings_load(&comm->set)))
         return status;
-    /* The config's CTA bounds win over the environment's (NCCL's order). */
-    int lo = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
-    int hi = comm->max_channels > 0 ? comm->max_channels : comm->max_channels < 0 ? 0 : comm->set.max_ctas;
+    /* The config's channel bounds (max_ctas, min_ctas) win over the
+     * environment's (PLAIT_MAX_CTAS, PLAIT_MIN_CTAS), in NCCL's order. */
+    int lo = comm->config_min_channels > 0 ? comm->config_min_channels : comm->set.min_channels;
+    int hi = comm->config_max_channels > 0   ? comm->config_max_channels
+             : comm->config_max_channels < 0 ? 0
+                                             : comm->set.max_channels;
     if (lo > 0 && comm->set.nchannels < lo)
         comm->set.nchannels = lo > 32 ? 32 : lo;
     if (hi > 0 && comm->set.nchannels > hi)
@@ -686,13 +492,8 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     if ((status = plait_comm_topo_setup(comm)))
         goto out;
 
-    for (int p = 0; p < n; p++)
-        comm->tp_of[p] = (uint8_t)plait_pair_transport(comm, me, p);
-    for (int t = 0; t < PLAIT_TP_COUNT; t++)
-        if ((status = transports[t]->setup(comm))) {
-            status = plait_error_context(status, "rank %d: %s transport", me, transports[t]->name);
-            goto out;
-        }
+    if ((status = plait_comm_transports_setup(comm)))
+        goto out;
     /* Device FIFOs beside the host connections, when this rank's thread has a
      * current CUDA context (collective: every rank agrees). */
     if ((status = plait_cuda_comm_setup(comm)))
@@ -702,16 +503,7 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     if ((status = plait_tuner_init(comm)))
         goto out;
 
-    /* Same host, other process: watch its pid for an exit. */
-    for (int p = 0; p < n; p++) {
-        if (p == me || comm->ranks[p].host_index != comm->host_index || comm->tp_of[p] == PLAIT_TP_INPROC)
-            continue;
-        int fd = (int)syscall(SYS_pidfd_open, (pid_t)comm->ranks[p].pid, 0);
-        if (fd < 0)
-            PLAIT_INFO(PLAIT_SUBSYS_INIT, "rank %d: cannot watch rank %d's process (pid %d): %s", me, p,
-                       comm->ranks[p].pid, strerror(errno));
-        comm->pidfds[p] = fd;
-    }
+    plait_comm_watch_peers(comm);
 
     if ((status = plait_bootstrap_barrier(comm->bs)))
         goto out;
@@ -721,7 +513,7 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
         size_t o = 0;
         for (int p = 0; p < n && o < sizeof(line) - 32; p++)
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d:%s", p ? " " : "", p,
-                                  transports[comm->tp_of[p]]->name);
+                                  plait_comm_transport_name(comm, p));
         PLAIT_INFO(PLAIT_SUBSYS_INIT,
                    "plait %d.%d.%d: rank %d of %d%s%s on %s (host %d of %d, local rank %d of %d), %d channels, "
                    "transports %s",
@@ -868,7 +660,7 @@ plait_result_t plait_get_unique_id(plait_unique_id_t *id)
             return plait_error_context(status, "PLAIT_COMM_ID");
         uint8_t secret[PLAIT_SECRET_BYTES];
         int has_secret = 0;
-        if ((status = plait_env_secret(secret, &has_secret)))
+        if ((status = plait_secret_from_env(secret, &has_secret)))
             return status;
         if (!has_secret) {
             char where[320];
@@ -1039,12 +831,12 @@ plait_result_t plait_comm_split(plait_comm_t comm, int color, int key, plait_com
     else {
         config_read(NULL, &cfg);
         cfg.blocking = comm->blocking;
-        if (comm->max_channels > 0)
-            cfg.max_ctas = comm->max_channels;
-        else if (comm->max_channels < 0)
+        if (comm->config_max_channels > 0)
+            cfg.max_ctas = comm->config_max_channels;
+        else if (comm->config_max_channels < 0)
             cfg.max_ctas = 0;
-        if (comm->min_channels > 0)
-            cfg.min_ctas = comm->min_channels;
+        if (comm->config_min_channels > 0)
+            cfg.min_ctas = comm->config_min_channels;
     }
     status = plait_comm_init_internal(newcomm_out, newn, &cards[leader].id, newrank, &cfg, 0, "plait_comm_split");
 out:
@@ -1185,119 +977,5 @@ plait_result_t plait_comm_rank(plait_comm_t comm, int *rank_out)
     if (!rank_out)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_rank: rank_out is NULL");
     *rank_out = comm->rank;
-    return PLAIT_SUCCESS;
-}
-
-/* ------------------------------------------------------------ registration */
-
-struct plait_reg {
-    uint64_t magic;
-    struct plait_comm *comm;
-    void *buff;
-    size_t size;
-    struct plait_reg *next;
-};
-#define PLAIT_REG_MAGIC 0x706c6169726567ull
-
-plait_result_t plait_comm_register(plait_comm_t comm, void *buff, size_t size, void **handle_out)
-{
-    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_register");
-    if (hs)
-        return hs;
-    if (!handle_out)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: handle_out is NULL");
-    if (!buff && size > 0)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_comm_register: buff is NULL with size %zu", size);
-    /* Host buffers need no pinning for the staging path; the handle records the
-     * range for the single-copy paths that use it. */
-    struct plait_reg *reg = malloc(sizeof(*reg));
-    if (!reg)
-        return plait_error(PLAIT_ERR_SYSTEM, "plait_comm_register: out of memory");
-    reg->magic = PLAIT_REG_MAGIC;
-    reg->comm = comm;
-    reg->buff = buff;
-    reg->size = size;
-    reg->next = comm->regs;
-    comm->regs = reg;
-    *handle_out = reg;
-    return PLAIT_SUCCESS;
-}
-
-static void regs_free(struct plait_comm *comm)
-{
-    while (comm->regs) {
-        struct plait_reg *r = comm->regs;
-        comm->regs = r->next;
-        r->magic = 0;
-        free(r);
-    }
-}
-
-plait_result_t plait_comm_deregister(plait_comm_t comm, void *handle)
-{
-    plait_result_t hs = plait_comm_check_handle(comm, "plait_comm_deregister");
-    if (hs)
-        return hs;
-    /* The communicator's list is the registry of its registrations: a handle
-     * is looked for there before anything is read through it. */
-    for (struct plait_reg **pp = &comm->regs; *pp; pp = &(*pp)->next)
-        if (*pp == handle) {
-            struct plait_reg *reg = *pp;
-            *pp = reg->next;
-            reg->magic = 0;
-            plait_handle_retire(PLAIT_RETIRE_OTHER, reg);
-            return PLAIT_SUCCESS;
-        }
-    return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                       "plait_comm_deregister: handle %p is not a live registration of this comm (not returned by "
-                       "plait_comm_register on it, or deregistered already)",
-                       handle);
-}
-
-/* ------------------------------------------------------------ premultiplied sum */
-
-plait_result_t plait_redop_create_premulsum(plait_redop_t *op_out, void *scalar, plait_datatype_t datatype,
-                                            plait_scalar_residence_t residence, plait_comm_t comm)
-{
-    plait_result_t status = plait_comm_check(comm, "plait_redop_create_premulsum");
-    if (status)
-        return status;
-    if (!op_out)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: op_out is NULL");
-    if (!scalar)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: scalar is NULL");
-    if ((int)datatype < 0 || datatype >= PLAIT_NUM_TYPES)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: datatype %d is invalid",
-                           (int)datatype);
-    if (residence != PLAIT_SCALAR_DEVICE && residence != PLAIT_SCALAR_HOST_IMMEDIATE)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_create_premulsum: residence %d is invalid",
-                           (int)residence);
-    for (int i = 0; i < PLAIT_MAX_PREMUL_OPS; i++) {
-        struct plait_premul_op *p = &comm->premul[i];
-        if (p->in_use)
-            continue;
-        p->in_use = 1;
-        p->dtype = datatype;
-        p->residence = residence;
-        p->scalar_bits = 0;
-        memcpy(&p->scalar_bits, scalar, plait_dtype_size(datatype));
-        p->scalar_ptr = scalar;
-        *op_out = (plait_redop_t)(PLAIT_NUM_OPS + i);
-        return PLAIT_SUCCESS;
-    }
-    return plait_error(PLAIT_ERR_INVALID_USAGE, "plait_redop_create_premulsum: all %d custom ops are in use",
-                       PLAIT_MAX_PREMUL_OPS);
-}
-
-plait_result_t plait_redop_destroy(plait_redop_t op, plait_comm_t comm)
-{
-    plait_result_t hs = plait_comm_check_handle(comm, "plait_redop_destroy");
-    if (hs)
-        return hs;
-    int i = (int)op - PLAIT_NUM_OPS;
-    if (i < 0 || i >= PLAIT_MAX_PREMUL_OPS || !comm->premul[i].in_use)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_redop_destroy: op %d was not created on this comm",
-                           (int)op);
-    comm->premul[i].in_use = 0;
     return PLAIT_SUCCESS;
 }

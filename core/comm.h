@@ -91,8 +91,11 @@ struct plait_comm {
     int init_pending;       /* non-blocking init still running */
     pid_t owner_pid;        /* the process that created it (fork safety) */
     int blocking;
-    int max_channels;       /* config max_ctas, 0 = unset */
-    int min_channels;       /* config min_ctas, 0 = unset */
+    /* The config's max_ctas / min_ctas: channels of both backends (host
+     * channels, CTAs of a device launch); they win over set.max_channels /
+     * set.min_channels (PLAIT_MAX_CTAS / PLAIT_MIN_CTAS). */
+    int config_max_channels; /* > 0 a cap, -1: max_ctas = 0 (no CTA of their own on a GPU), 0 = unset */
+    int config_min_channels; /* > 0 a lower bound, 0 = unset */
     uint64_t seq;           /* operations issued */
     uint64_t coll_seq;      /* collectives issued (every rank issues the same sequence) */
     uint64_t fast_seq;      /* collectives issued on the small-message path (fastpath.c) */
@@ -183,7 +186,7 @@ plait_result_t plait_comm_init_internal(plait_comm_t *comm_out, int nranks, cons
 
 /* The shared secret from PLAIT_SECRET or PLAIT_SECRET_FILE (hashed to 32
  * bytes); *has_secret = 0 when neither is set. */
-plait_result_t plait_env_secret(uint8_t secret[32], int *has_secret);
+plait_result_t plait_secret_from_env(uint8_t secret[32], int *has_secret);
 
 /* getpid(), cached (the cache is cleared in a forked child by the atfork
  * handler plait_fork_hooks registers: call that first, as comm_alloc, stream
@@ -257,6 +260,24 @@ int plait_stream_cuda(plait_stream_t stream, void **cu_stream_out);
 
 /* Records an error found asynchronously on comm (first one wins). */
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);
+
+/* Transports at init and destroy (core/comm_transport.c). setup: picks each
+ * peer's transport (plait_pair_transport, into tp_of) and runs every
+ * transport's collective setup in order; the error names the transport.
+ * teardown: every transport's teardown, in reverse order. */
+plait_result_t plait_comm_transports_setup(struct plait_comm *comm);
+void plait_comm_transports_teardown(struct plait_comm *comm);
+/* The name of the transport that joins this rank to `peer` ("shm", ...). */
+const char *plait_comm_transport_name(const struct plait_comm *comm, int peer);
+
+/* Dead peers (core/comm_liveness.c). watch: a pidfd for every same-host peer
+ * in another process (pidfds[p], -1 where none or where pidfd_open failed);
+ * unwatch: closes them (the array itself is freed with the communicator). */
+void plait_comm_watch_peers(struct plait_comm *comm);
+void plait_comm_unwatch_peers(struct plait_comm *comm);
+
+/* Frees every registration left on comm (core/comm_register.c). */
+void plait_comm_regs_free(struct plait_comm *comm);
 
 /* Checks for peers that are gone (pidfds) and for deaths other same-host ranks
  * have published; marks connections, sets dead_peer. */

@@ -66,7 +66,12 @@ static struct plait_op *take_device(struct plait_op **list)
     return out;
 }
 
-static plait_result_t launch(struct plait_op *ops)
+/* Sends each op of the list where it runs: device ops to their CUDA streams
+ * (plait_cuda_launch), ops on a plait stream (or a non-blocking
+ * communicator's internal one) to its worker, and the rest through the
+ * executor on the calling thread, which runs them before returning. Takes
+ * ownership of the list. */
+static plait_result_t dispatch_ops(struct plait_op *ops)
 {
     plait_result_t status = PLAIT_SUCCESS;
     int in_progress = 0;
@@ -150,7 +155,7 @@ plait_result_t plait_group_end(void)
     group.head = group.tail = NULL;
     /* A call refused inside the group returned its error and is simply not part
      * of it; the others run. */
-    return launch(ops);
+    return dispatch_ops(ops);
 }
 
 plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream)
@@ -167,5 +172,5 @@ plait_result_t plait_enqueue(struct plait_op *op, plait_stream_t stream)
         group.tail = op;
         return PLAIT_SUCCESS;
     }
-    return launch(op);
+    return dispatch_ops(op);
 }

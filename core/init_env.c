@@ -61,7 +61,7 @@ static plait_result_t root_address(union plait_sockaddr *addr, char *desc, size_
 }
 
 /* The secret as 32 bytes (a hash of what the user gave), or 0 when none. */
-plait_result_t plait_env_secret(uint8_t secret[PLAIT_SECRET_BYTES], int *has_secret)
+plait_result_t plait_secret_from_env(uint8_t secret[PLAIT_SECRET_BYTES], int *has_secret)
 {
     *has_secret = 0;
     const char *s = getenv("PLAIT_SECRET");
@@ -138,7 +138,7 @@ plait_result_t plait_comm_init_from_env(plait_comm_t *comm_out, const plait_conf
         return status;
     uint8_t secret[PLAIT_SECRET_BYTES];
     int has_secret = 0;
-    if ((status = plait_env_secret(secret, &has_secret)))
+    if ((status = plait_secret_from_env(secret, &has_secret)))
         return status;
     if (!has_secret) {
         char where[sizeof(desc) + sizeof(fn) + 2];

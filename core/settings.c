@@ -115,13 +115,13 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         return res;
     if ((res = env_int("PLAIT_TREE_RADIX", &s->tree_radix)))
         return res;
-    if ((res = plait_env_number("PLAIT_MAX_CTAS", &v, &s->is_max_ctas_set)))
+    if ((res = plait_env_number("PLAIT_MAX_CTAS", &v, &s->is_max_channels_set)))
         return res;
-    s->max_ctas = s->is_max_ctas_set ? (int)v : 0;
+    s->max_channels = s->is_max_channels_set ? (int)v : 0;
     v = 0;
     if ((res = plait_env_number("PLAIT_MIN_CTAS", &v, NULL)))
         return res;
-    s->min_ctas = (int)v;
+    s->min_channels = (int)v;
     /* Read where they are used (src/cuda/, the test double's emulation), but
      * checked here, so that a bad value fails init at its start as every
      * other one does. */
@@ -135,7 +135,7 @@ plait_result_t plait_settings_load(struct plait_settings *s)
     if (!tp || !*tp || strcasecmp(tp, "auto") == 0)
         s->transport_force = PLAIT_FORCE_NONE;
     else if (strcasecmp(tp, "socket") == 0)
-        s->transport_force = PLAIT_FORCE_SOCKET;
+        s->transport_force = PLAIT_FORCE_TCP;
     else
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "PLAIT_TRANSPORT=\"%s\" is unknown (valid: auto, socket)", tp);
     /* NCCL_SHM_DISABLE=1 asks for no shared memory between processes: TCP, as
@@ -144,7 +144,7 @@ plait_result_t plait_settings_load(struct plait_settings *s)
     if ((res = plait_env_number("NCCL_SHM_DISABLE", &v, NULL)))
         return res;
     if (!tp && v != 0)
-        s->transport_force = PLAIT_FORCE_SOCKET;
+        s->transport_force = PLAIT_FORCE_TCP;
     warn_nccl_only_settings();
     if ((res = parse_proto(&s->proto)))
         return res;

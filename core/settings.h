@@ -8,7 +8,7 @@
 #include "algorithms/schedule.h"
 #include "base/env.h"
 
-enum plait_transport_force { PLAIT_FORCE_NONE = 0, PLAIT_FORCE_SOCKET = 1 };
+enum plait_transport_force { PLAIT_FORCE_NONE = 0, PLAIT_FORCE_TCP = 1 /* PLAIT_TRANSPORT=socket */ };
 
 /* PLAIT_PROTO: auto = the small-message path (src/fastpath.c, "LL") where it
  * applies, the FIFO path ("Simple") elsewhere; simple = the FIFO path only. */
@@ -32,9 +32,11 @@ struct plait_settings {
     double coll_timeout_s;  /* collective deadline (PLAIT_COLL_TIMEOUT), 0 = none */
     int spin_us;            /* busy-poll before yielding, -1 = automatic */
     int tree_radix;         /* (agreed) k of k-nomial trees */
-    int max_ctas;           /* PLAIT_MAX_CTAS, 0 = unset */
-    int is_max_ctas_set;    /* PLAIT_MAX_CTAS (or NCCL_MAX_CTAS) is set, possibly to 0 */
-    int min_ctas;           /* PLAIT_MIN_CTAS, 0 = unset */
+    /* PLAIT_MAX_CTAS / PLAIT_MIN_CTAS bound the channels of both backends:
+     * host channels, and CTAs of a device launch (core/cuda/coll.c). */
+    int max_channels;       /* PLAIT_MAX_CTAS, 0 = unset */
+    int is_max_channels_set; /* PLAIT_MAX_CTAS (or NCCL_MAX_CTAS) is set, possibly to 0 */
+    int min_channels;       /* PLAIT_MIN_CTAS, 0 = unset */
     char ifname[128];       /* PLAIT_SOCKET_IFNAME */
     char hostid[256];       /* PLAIT_HOSTID, or hostname + network namespace */
     int cma;                /* (agreed) enum plait_cma_setting (PLAIT_CMA) */

@@ -21,7 +21,7 @@ static int link_of_transport(int tp)
     switch (tp) {
     case PLAIT_TP_INPROC: return PLAIT_MLINK_INPROC;
     case PLAIT_TP_SHM: return PLAIT_MLINK_SHM;
-    default: return PLAIT_MLINK_SOCKET;
+    default: return PLAIT_MLINK_TCP;
     }
 }
 
@@ -37,13 +37,13 @@ static int intra_link(const struct plait_comm *comm)
                 continue;
             const int tp = plait_pair_transport(comm, a, b);
             any = 1;
-            if (tp == PLAIT_TP_SOCKET)
-                return PLAIT_MLINK_SOCKET;
+            if (tp == PLAIT_TP_TCP)
+                return PLAIT_MLINK_TCP;
             if (tp == PLAIT_TP_SHM)
                 worst = PLAIT_TP_SHM;
         }
     if (!any) /* one rank per host: no intra-host traffic; the kind of this process */
-        return comm->set.transport_force == PLAIT_FORCE_SOCKET ? PLAIT_MLINK_SOCKET : PLAIT_MLINK_SHM;
+        return comm->set.transport_force == PLAIT_FORCE_TCP ? PLAIT_MLINK_TCP : PLAIT_MLINK_SHM;
     return link_of_transport(worst);
 }
 
@@ -132,7 +132,7 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
      * map itself (hosts need not hold consecutive ranks). */
     const int shape_hosts = comm->nhosts >= 1 && n % comm->nhosts == 0 ? comm->nhosts : 1;
     plait_result_t s = plait_model_machine_uniform(m, n, shape_hosts, PLAIT_MENGINE_CPU, intra_link(comm),
-                                                   PLAIT_MLINK_SOCKET, &t->k);
+                                                   PLAIT_MLINK_TCP, &t->k);
     /* Every rank must decide alike: a rank that could not build its machine
      * (out of memory) would choose by another rule than its peers, so init
      * fails instead. */
@@ -144,7 +144,7 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
         m->nhosts = comm->nhosts;
         memcpy(m->host_of, comm->host_of, sizeof(int32_t) * (size_t)n);
         memcpy(m->local_of, comm->host_of + n, sizeof(int32_t) * (size_t)n);
-        m->inter_link = PLAIT_MLINK_SOCKET;
+        m->inter_link = PLAIT_MLINK_TCP;
         m->nics_per_host = 1;
         m->cores_per_host = cores;
         m->ll_ok = comm->fast != NULL && comm->set.proto != PLAIT_PROTO_SIMPLE;
@@ -405,7 +405,7 @@ plait_result_t plait_tuner_choose(struct plait_comm *comm, int coll, uint64_t by
     if (out->nchannels > comm->nchannels)
         out->nchannels = (uint8_t)comm->nchannels;
     /* PLAIT_MIN_CTAS / the config's minCTAs: a lower bound per call too. */
-    const int min_ch = comm->min_channels > 0 ? comm->min_channels : comm->set.min_ctas;
+    const int min_ch = comm->config_min_channels > 0 ? comm->config_min_channels : comm->set.min_channels;
     if (out->proto == PLAIT_MPROTO_SIMPLE && min_ch > 0 && out->nchannels < min_ch)
         out->nchannels = (uint8_t)(min_ch < comm->nchannels ? min_ch : comm->nchannels);
     if (plait_log_enabled(PLAIT_LOG_INFO, PLAIT_SUBSYS_TUNING))

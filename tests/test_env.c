@@ -433,6 +433,6 @@ Test(env, nccl_spellings_take_hexadecimal)
     unsetenv("PLAIT_BUFFSIZE");
     setenv("NCCL_SHM_DISABLE", "0x1", 1);
     cr_expect_eq(plait_settings_load(&s), PLAIT_SUCCESS, "NCCL_SHM_DISABLE=0x1: %s", plait_get_last_error(NULL));
-    cr_expect_eq(s.transport_force, PLAIT_FORCE_SOCKET, "NCCL_SHM_DISABLE=0x1 did not turn shared memory off");
+    cr_expect_eq(s.transport_force, PLAIT_FORCE_TCP, "NCCL_SHM_DISABLE=0x1 did not turn shared memory off");
     unsetenv("NCCL_SHM_DISABLE");
 }

@@ -73,7 +73,7 @@ Test(model, oracle_ring_allreduce)
     consts_wire_only(&k, alpha, beta);
     for (int n = 2; n <= 8; n++) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                      PLAIT_SUCCESS);
         for (uint64_t per = 4; per <= 4096 * 4; per *= 16) {
             const uint64_t count = per * (uint64_t)n; /* equal rank-chunks of `per` floats */
@@ -96,7 +96,7 @@ Test(model, oracle_ring_allgather)
     consts_wire_only(&k, alpha, beta);
     for (int n = 2; n <= 8; n++) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                      PLAIT_SUCCESS);
         for (uint64_t count = 4; count <= 65536; count *= 8) {
             struct plait_model_call c;
@@ -122,7 +122,7 @@ Test(model, oracle_tree_broadcast)
     consts_wire_only(&k, alpha, beta);
     for (int n = 2; n <= 9; n++) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                      PLAIT_SUCCESS);
         int levels = 0, depth = 0;
         while ((1 << levels) < n)
@@ -153,7 +153,7 @@ Test(model, oracle_ring_allreduce_pipelined)
     consts_wire_only(&k, alpha, beta);
     for (int n = 2; n <= 6; n++) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                      PLAIT_SUCCESS);
         const uint64_t piece = 4096, p = 4;
         struct plait_model_call c;
@@ -178,7 +178,7 @@ Test(model, oracle_scaling_with_ranks)
     consts_wire_only(&k, 1e-6, 0);
     for (int n = 2; n <= 64; n *= 2) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+        cr_assert_eq(plait_model_machine_uniform(&m, n, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                      PLAIT_SUCCESS);
         struct plait_model_call c;
         call_one_piece(&c, PLAIT_COLL_ALLREDUCE, (uint64_t)n * 4, PLAIT_ALGO_RING);
@@ -202,7 +202,7 @@ Test(model, overheads_and_one_rank)
     k.step_overhead[PLAIT_MENGINE_CPU] = 1e-7;
     k.copy_beta[PLAIT_MENGINE_CPU] = 1e-10;
     struct plait_model_machine m;
-    cr_assert_eq(plait_model_machine_uniform(&m, 4, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+    cr_assert_eq(plait_model_machine_uniform(&m, 4, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                  PLAIT_SUCCESS);
     struct plait_model_call c;
     call_one_piece(&c, PLAIT_COLL_ALLREDUCE, 0, PLAIT_ALGO_RING);
@@ -220,7 +220,7 @@ Test(model, overheads_and_one_rank)
               r.time_s, (unsigned long long)r.steps);
     plait_model_machine_free(&m);
 
-    cr_assert_eq(plait_model_machine_uniform(&m, 1, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, &k),
+    cr_assert_eq(plait_model_machine_uniform(&m, 1, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
                  PLAIT_SUCCESS);
     call_one_piece(&c, PLAIT_COLL_ALLREDUCE, 1000, PLAIT_ALGO_RING);
     predict(&m, &c, PLAIT_MODEL_FULL, &r);
@@ -390,7 +390,7 @@ Test(model, contention_nic)
 Test(model, contention_cores)
 {
     struct plait_model_machine m;
-    cr_assert_eq(plait_model_machine_uniform(&m, 8, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&m, 8, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS);
     static const uint64_t counts[] = {16, 4096, 1 << 20};
     for (int i = 0; i < 3; i++) {
@@ -415,7 +415,7 @@ Test(model, contention_cores)
 Test(model, ll_small_messages)
 {
     struct plait_model_machine m;
-    cr_assert_eq(plait_model_machine_uniform(&m, 8, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&m, 8, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS);
     cr_assert(m.ll_ok);
     struct plait_model_call c;
@@ -440,7 +440,7 @@ Test(model, ll_small_messages)
     cr_expect_eq(plait_model_time(&m, &c, PLAIT_MODEL_AUTO, &r), PLAIT_ERR_INVALID_ARGUMENT);
     plait_model_machine_free(&m);
     /* two hosts: no CPU LL */
-    cr_assert_eq(plait_model_machine_uniform(&m, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&m, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS);
     cr_expect_not(m.ll_ok);
     c.coll = PLAIT_COLL_ALLREDUCE;
@@ -666,7 +666,7 @@ Test(model, machine_from_topo_cpu_only)
     cr_expect_eq(m.nranks, 128); /* 64 per host at most */
     cr_expect_eq(m.engine, PLAIT_MENGINE_CPU);
     cr_expect_eq(m.intra_link, PLAIT_MLINK_SHM);
-    cr_expect_eq(m.inter_link, PLAIT_MLINK_SOCKET);
+    cr_expect_eq(m.inter_link, PLAIT_MLINK_TCP);
     cr_expect_not(m.ll_ok);
     plait_model_machine_free(&m);
     plait_topo_free(t);
@@ -689,7 +689,7 @@ Test(model, bus_factors)
 Test(model, bad_calls)
 {
     struct plait_model_machine m;
-    cr_assert_eq(plait_model_machine_uniform(&m, 4, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&m, 4, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS);
     struct plait_model_call c;
     struct plait_model_result r;
@@ -706,7 +706,7 @@ Test(model, bad_calls)
     c.root = 4;
     cr_expect_eq(plait_model_time(&m, &c, PLAIT_MODEL_AUTO, &r), PLAIT_ERR_INVALID_ARGUMENT);
     cr_expect_eq(plait_model_time(&m, &c, 7, &r), PLAIT_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(plait_model_machine_uniform(&m, 6, 4, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_expect_eq(plait_model_machine_uniform(&m, 6, 4, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_ERR_INVALID_ARGUMENT);
     plait_model_machine_free(&m);
 }
@@ -771,7 +771,7 @@ Test(model, reduced_equals_full_distance_schedules)
     static const int colls[] = {PLAIT_COLL_ALLGATHER, PLAIT_COLL_REDUCESCATTER, PLAIT_COLL_ALLTOALL};
     for (int H = 2; H <= 8; H *= 2) {
         struct plait_model_machine m;
-        cr_assert_eq(plait_model_machine_uniform(&m, 4 * H, H, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET,
+        cr_assert_eq(plait_model_machine_uniform(&m, 4 * H, H, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP,
                                                  NULL),
                      PLAIT_SUCCESS);
         for (size_t ai = 0; ai < 3; ai++) {

@@ -452,7 +452,7 @@ static int forge_child(struct mr_child *c, void *arg)
         /* A header on every one of our connections to rank 0. */
         int forged = 0;
         for (int cls = 0; cls < comm->ncls; cls++) {
-            const int fd = plait_socket_conn_fd(comm->conns[0 * comm->ncls + cls]);
+            const int fd = plait_tcp_conn_fd(comm->conns[0 * comm->ncls + cls]);
             if (fd >= 0 && send(fd, hdr, 2 * sizeof(uint32_t), MSG_NOSIGNAL) == (ssize_t)(2 * sizeof(uint32_t)))
                 forged++;
         }

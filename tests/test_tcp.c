@@ -157,7 +157,7 @@ static void pair_up(struct rank *r)
     cr_assert_eq(r[0].comm->ncls, r[1].comm->ncls);
     for (int c = 0; c < r[0].comm->ncls; c++) {
         struct plait_conn *conn = r[0].comm->conns[1 * r[0].comm->ncls + c];
-        cr_assert(conn && conn->tp == &plait_transport_socket, "rank 0's class %d to rank 1 is no socket", c);
+        cr_assert(conn && conn->tp == &plait_transport_tcp, "rank 0's class %d to rank 1 is no socket", c);
     }
     run_both(r, good_allreduce);
     for (int i = 0; i < 2; i++)
@@ -189,7 +189,7 @@ static void frame_case(const void *bytes, size_t len, enum after after, const ch
     struct plait_comm *c1 = r[1].comm;
     int written = 0;
     for (int c = 0; c < c1->ncls; c++) {
-        int fd = plait_socket_conn_fd(c1->conns[0 * c1->ncls + c]);
+        int fd = plait_tcp_conn_fd(c1->conns[0 * c1->ncls + c]);
         cr_assert_geq(fd, 0, "rank 1's class %d to rank 0 has no socket", c);
         cr_assert_eq(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
         if (after == CLOSE_AFTER)
@@ -222,7 +222,7 @@ static void frame_case_sticky(const uint32_t hdr[2], const char *expect)
     pair_up(r);
     struct plait_comm *c0 = r[0].comm, *c1 = r[1].comm;
     struct plait_conn *conn = c0->conns[1 * c0->ncls + 0];
-    int fd = plait_socket_conn_fd(c1->conns[0 * c1->ncls + 0]);
+    int fd = plait_tcp_conn_fd(c1->conns[0 * c1->ncls + 0]);
     cr_assert_geq(fd, 0);
     /* The bad header, then a good frame behind it that must not be taken. */
     uint32_t bytes[2 + 2 + 4] = {hdr[0], hdr[1], FRAME_MAGIC, 16, 1, 2, 3, 4};

@@ -355,9 +355,9 @@ Test(tuner, dgx_clusters, .timeout = 120)
 Test(tuner, deterministic, .timeout = 60)
 {
     struct plait_model_machine a, b;
-    cr_assert_eq(plait_model_machine_uniform(&a, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&a, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS, "%s", plait_last_error_get());
-    cr_assert_eq(plait_model_machine_uniform(&b, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_SOCKET, NULL),
+    cr_assert_eq(plait_model_machine_uniform(&b, 8, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, NULL),
                  PLAIT_SUCCESS, "%s", plait_last_error_get());
     struct plait_tune_space sp;
     space_default(&sp, 4);

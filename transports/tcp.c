@@ -1,5 +1,7 @@
-/* The "socket" transport: TCP between ranks on different hosts (or every pair,
- * with PLAIT_TRANSPORT=socket).
+/* The TCP transport: between ranks on different hosts (or every pair, with
+ * PLAIT_TRANSPORT=socket). Users know it as "socket" (its name in the init
+ * log, the prefix of its errors, PLAIT_TRANSPORT's value); inside it is tcp,
+ * apart from base/net.c's plait_sock_* helpers it uses.
  *
  * One TCP connection per (peer, class) carries both directions. The executor
  * fills local staging FIFOs exactly as it fills a peer's shared FIFO; progress()
@@ -215,7 +217,7 @@ static plait_result_t make_conn(struct plait_comm *comm, int fd, int peer, int c
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     struct plait_conn *c = &t->conn;
-    c->tp = &plait_transport_socket;
+    c->tp = &plait_transport_tcp;
     c->peer = peer;
     c->cls = cls;
     c->needs_progress = 1;
@@ -235,10 +237,10 @@ static plait_result_t make_conn(struct plait_comm *comm, int fd, int peer, int c
 
 static void tcp_teardown(struct plait_comm *comm)
 {
-    struct tcp_state *st = comm->tp_state[PLAIT_TP_SOCKET];
+    struct tcp_state *st = comm->tp_state[PLAIT_TP_TCP];
     if (!st)
         return;
-    comm->tp_state[PLAIT_TP_SOCKET] = NULL;
+    comm->tp_state[PLAIT_TP_TCP] = NULL;
     for (int i = 0; i < st->nconns; i++)
         free_conn(st->conns[i]);
     free(st->conns);
@@ -255,7 +257,7 @@ static int hello_problem(const struct plait_comm *comm, int me, const struct hel
         snprintf(why, len, "a hello from rank %d, not a rank below %d (only lower ranks connect)", h->rank, me);
     else if (h->cls < 0 || h->cls >= comm->ncls)
         snprintf(why, len, "a hello from rank %d for connection class %d of %d", h->rank, h->cls, comm->ncls);
-    else if (plait_pair_transport(comm, me, h->rank) != PLAIT_TP_SOCKET)
+    else if (plait_pair_transport(comm, me, h->rank) != PLAIT_TP_TCP)
         snprintf(why, len, "a hello from rank %d, which does not use sockets with rank %d", h->rank, me);
     else if (!plait_conn_needed(comm, me, h->rank, h->cls))
         snprintf(why, len, "a hello from rank %d for connection class %d, which rank %d does not use", h->rank,
@@ -272,7 +274,7 @@ static plait_result_t tcp_setup(struct plait_comm *comm)
     const int n = comm->nranks, me = comm->rank;
     int expect_accepts = 0, nconns = 0;
     for (int p = 0; p < n; p++) {
-        if (plait_pair_transport(comm, me, p) != PLAIT_TP_SOCKET)
+        if (plait_pair_transport(comm, me, p) != PLAIT_TP_TCP)
             continue;
         for (int c = 0; c < comm->ncls; c++)
             if (plait_conn_needed(comm, me, p, c)) {
@@ -320,11 +322,11 @@ static plait_result_t tcp_setup(struct plait_comm *comm)
         status = plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
         goto out;
     }
-    comm->tp_state[PLAIT_TP_SOCKET] = st;
+    comm->tp_state[PLAIT_TP_TCP] = st;
     const double deadline = plait_deadline(comm->set.timeout_s);
     const uint8_t *secret = plait_bootstrap_secret(comm->bs);
     for (int p = me + 1; p < n && !status; p++) {
-        if (plait_pair_transport(comm, me, p) != PLAIT_TP_SOCKET)
+        if (plait_pair_transport(comm, me, p) != PLAIT_TP_TCP)
             continue;
         for (int c = 0; c < comm->ncls && !status; c++) {
             if (!plait_conn_needed(comm, me, p, c))
@@ -403,9 +405,9 @@ out:
         close(lfd);
     free(addrs);
     if (status) {
-        if (comm->tp_state[PLAIT_TP_SOCKET]) {
+        if (comm->tp_state[PLAIT_TP_TCP]) {
             for (int i = 0; i < n * comm->ncls; i++)
-                if (comm->conns[i] && comm->conns[i]->tp == &plait_transport_socket)
+                if (comm->conns[i] && comm->conns[i]->tp == &plait_transport_tcp)
                     comm->conns[i] = NULL;
             tcp_teardown(comm);
         } else {
@@ -413,14 +415,14 @@ out:
         }
         return status;
     }
-    if (!comm->tp_state[PLAIT_TP_SOCKET])
-        comm->tp_state[PLAIT_TP_SOCKET] = st;
+    if (!comm->tp_state[PLAIT_TP_TCP])
+        comm->tp_state[PLAIT_TP_TCP] = st;
     if (nconns > 0)
         PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d has %d TCP connections on %s", me, nconns, ifname);
     return PLAIT_SUCCESS;
 }
 
-const struct plait_transport plait_transport_socket = {
+const struct plait_transport plait_transport_tcp = {
     .name = "socket",
     .setup = tcp_setup,
     .progress = tcp_progress,
@@ -428,7 +430,7 @@ const struct plait_transport plait_transport_socket = {
     .teardown = tcp_teardown,
 };
 
-int plait_socket_conn_fd(const struct plait_conn *conn)
+int plait_tcp_conn_fd(const struct plait_conn *conn)
 {
-    return conn && conn->tp == &plait_transport_socket ? ((const struct tcp_conn *)conn)->fd : -1;
+    return conn && conn->tp == &plait_transport_tcp ? ((const struct tcp_conn *)conn)->fd : -1;
 }

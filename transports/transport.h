@@ -12,7 +12,7 @@
  * Counters are 64-bit and monotonic, each on its own 64-byte line.
  *
  * For shm (other processes) and inproc (threads of one process) the FIFO memory
- * is shared and the executor works on the peer's memory directly. For socket the
+ * is shared and the executor works on the peer's memory directly. For tcp the
  * same FIFO logic runs on local staging memory, and the transport's progress()
  * moves slots over TCP and bumps the counters as if the peer had.
  *
@@ -44,12 +44,12 @@ struct plait_transport {
 
 extern const struct plait_transport plait_transport_shm;    /* processes on one host */
 extern const struct plait_transport plait_transport_inproc; /* threads of one process */
-extern const struct plait_transport plait_transport_socket; /* TCP, any two hosts */
-/* The socket transport connection's file descriptor, -1 for another
+extern const struct plait_transport plait_transport_tcp;    /* TCP, any two hosts ("socket" to users) */
+/* A TCP transport connection's file descriptor, -1 for another
  * transport's (tests forge frames on it; diagnostics). */
-int plait_socket_conn_fd(const struct plait_conn *conn);
+int plait_tcp_conn_fd(const struct plait_conn *conn);
 
-enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_SOCKET = 2, PLAIT_TP_COUNT };
+enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_TCP = 2, PLAIT_TP_COUNT };
 
 /* Single copy (docs/performance.md, "Single-copy (CMA)"). A slot whose size word
  * has PLAIT_SLOT_DESC set holds a struct plait_sc_desc instead of data: where the
@@ -106,7 +106,7 @@ struct plait_conn {
     uint64_t rx_consumed;
     /* set when the peer is known gone (process exit, EOF); data already in the
      * FIFO is still consumed, only a wait for more becomes an error. Atomic:
-     * plait_comm_check_peers (maybe on the CUDA proxy thread) and the socket
+     * plait_comm_check_peers (maybe on the CUDA proxy thread) and the tcp
      * transport's progress set it while the executor's waits read it
      * (plait_conn_peer_gone). */
     int peer_gone;

@@ -100,8 +100,8 @@ void plait_model_consts_default(struct plait_model_consts *k)
     k->beta[PLAIT_MLINK_SHM] = GBPS(100.0);
     /* TCP on loopback: a 8-byte ping-pong through plait is ~6 us one way;
      * a 16 MiB exchange moves ~2.1 GB/s (the kernel's two copies). */
-    k->alpha[PLAIT_MLINK_SOCKET] = 6.0 * US;
-    k->beta[PLAIT_MLINK_SOCKET] = GBPS(2.1);
+    k->alpha[PLAIT_MLINK_TCP] = 6.0 * US;
+    k->beta[PLAIT_MLINK_TCP] = GBPS(2.1);
     /* GPU links: NCCL's public tuning model (src/graph/tuning.cc) charges a
      * Simple-protocol ring step 3.4 us on NVLink, ~5.7 us on PCIe and ~14 us
      * over the network (its hwLat tables); a step there is one slot, a piece
@@ -630,7 +630,7 @@ plait_result_t plait_model_machine_from_topo(struct plait_model_machine *m, cons
         return r;
     tmp.nics_per_host = nnic > 0 ? nnic : 1;
     tmp.inter_bw = nic_bw > 0 ? nic_bw * 1e9 : 0;
-    tmp.inter_link = ngpu > 0 ? PLAIT_MLINK_NET : PLAIT_MLINK_SOCKET;
+    tmp.inter_link = ngpu > 0 ? PLAIT_MLINK_NET : PLAIT_MLINK_TCP;
     if (ngpu > 0) {
         tmp.engine = PLAIT_MENGINE_GPU;
         tmp.intra_link = all_nvl ? PLAIT_MLINK_NVLINK : PLAIT_MLINK_PCIE;

@@ -74,7 +74,7 @@
 enum plait_model_link {
     PLAIT_MLINK_INPROC = 0, /* threads of one process: heap FIFOs */
     PLAIT_MLINK_SHM,        /* processes of one host: shared-memory FIFOs */
-    PLAIT_MLINK_SOCKET,     /* TCP (loopback or Ethernet) */
+    PLAIT_MLINK_TCP,        /* TCP (loopback or Ethernet): "socket" in names and files */
     PLAIT_MLINK_NVLINK,     /* GPU to GPU over NVLink / NVSwitch */
     PLAIT_MLINK_PCIE,       /* GPU to GPU over PCIe (P2P or through the host) */
     PLAIT_MLINK_NET,        /* an RDMA NIC between hosts (InfiniBand / RoCE) */

@@ -639,16 +639,16 @@ int plait_tune_topo_cores(const struct plait_topo *topo)
 plait_result_t plait_tune_machine_local(struct plait_model_machine *m, int nranks, int link, const struct plait_topo *topo,
                                         const struct plait_model_consts *k)
 {
-    if (!m || nranks < 1 || (link != PLAIT_MLINK_SHM && link != PLAIT_MLINK_INPROC && link != PLAIT_MLINK_SOCKET))
+    if (!m || nranks < 1 || (link != PLAIT_MLINK_SHM && link != PLAIT_MLINK_INPROC && link != PLAIT_MLINK_TCP))
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
                            "plait_tune_machine_local: %d ranks over link %d (inproc, shm or socket)", nranks, link);
-    plait_result_t s = plait_model_machine_uniform(m, nranks, 1, PLAIT_MENGINE_CPU, link, PLAIT_MLINK_SOCKET, k);
+    plait_result_t s = plait_model_machine_uniform(m, nranks, 1, PLAIT_MENGINE_CPU, link, PLAIT_MLINK_TCP, k);
     if (s)
         return s;
     m->cores_per_host = plait_tune_topo_cores(topo);
     /* fastpath.c: boxes when every pair shares one memory transport and
      * 2..PLAIT_FAST_MAX_RANKS ranks */
-    m->ll_ok = nranks >= 2 && nranks <= PLAIT_FAST_MAX_RANKS && link != PLAIT_MLINK_SOCKET;
+    m->ll_ok = nranks >= 2 && nranks <= PLAIT_FAST_MAX_RANKS && link != PLAIT_MLINK_TCP;
     m->ll_max_bytes = PLAIT_FAST_MAX_BYTES;
     return PLAIT_SUCCESS;
 }

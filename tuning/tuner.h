@@ -100,7 +100,7 @@ int plait_tune_bucket(uint64_t bytes);
 
 /* The model's machine for ranks of one host of this process's kind:
  * `nranks` ranks on one host over `link` (PLAIT_MLINK_SHM, _INPROC or
- * _SOCKET), the host's cores from its topology graph (topo may be NULL:
+ * _TCP), the host's cores from its topology graph (topo may be NULL:
  * unknown, no time-slicing), the small-message path when it would be on
  * (fastpath.c's conditions). What plait-tune --explain and the communicator's
  * tuner both build, so that they choose alike. */

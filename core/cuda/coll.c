@@ -247,7 +247,7 @@ enum { PAIR_NONE = 0, PAIR_PROXY = 1, PAIR_DEVICE = 2, PAIR_PINNED = 3 };
 
 static int pair_kind(const struct plait_comm *comm, const uint8_t *access, int a, int b)
 {
-    if (plait_pair_transport(comm, a, b) == PLAIT_TP_SOCKET)
+    if (plait_pair_transport(comm, a, b) == PLAIT_TP_TCP)
         return PAIR_PROXY;
     const int n = comm->nranks;
     return access[(size_t)a * n + b] && access[(size_t)b * n + a] ? PAIR_DEVICE : PAIR_PINNED;
@@ -271,13 +271,13 @@ static size_t region_offset(const struct plait_comm *comm, const uint8_t *access
 
 static int cap_from_settings(const struct plait_comm *comm)
 {
-    if (comm->max_channels > 0)
-        return comm->max_channels;
-    if (comm->max_channels < 0) /* the config's max_ctas = 0 */
+    if (comm->config_max_channels > 0)
+        return comm->config_max_channels;
+    if (comm->config_max_channels < 0) /* the config's max_ctas = 0 */
         return 0;
-    if (comm->set.max_ctas > 0)
-        return comm->set.max_ctas;
-    if (comm->set.is_max_ctas_set) /* set, to 0 */
+    if (comm->set.max_channels > 0)
+        return comm->set.max_channels;
+    if (comm->set.is_max_channels_set) /* set, to 0 */
         return 0;
     return -1;
 }

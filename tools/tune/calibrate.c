@@ -1,18 +1,7 @@
-/* plait-tune: the cost model and the tuner from the command line
- * (docs/tuning.md).
- *
- *   --calibrate  measures the constants of tuning/model.h on this machine
- *                (memory copies, reductions, flag ping-pongs, plait's own
- *                ping-pong, streams and small collectives over shm, inproc and
- *                socket) and writes a constants file;
- *   --explain    prints, per size, every candidate (algorithm, protocol) the
- *                tuner weighs, its predicted time and busbw, and the one it
- *                picks (--tsv: rows for perf/model_check);
- *   --simulate   predicts every collective and algorithm on N copies of a
- *                recorded host (tests/fixtures/topo) up to thousands of ranks.
- *
- * Exit status: 0 done, 1 a failure (a file, a measurement, the model), 2 a
- * usage error. */
+/* plait-tune --calibrate: the constants of tuning/model.h measured on this
+ * machine (memory copies, reductions, flag ping-pongs, plait's own ping-pong,
+ * streams and small collectives over shm, inproc and socket), written to a
+ * constants file (docs/tuning.md, "Calibration"). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +9,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,7 +17,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/select.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,934 +24,13 @@
 
 #include "algorithms/algorithms.h"
 #include "base/env.h"
-#include "core/settings.h"
-#include "tuning/model.h"
-#include "plait.h"
 #include "core/reduce.h"
+#include "core/settings.h"
+#include "plait.h"
+#include "tools/tune/tune.h"
 #include "topology/topo.h"
+#include "tuning/model.h"
 #include "tuning/tuner.h"
-
-#define EXIT_USAGE 2
-#define DEFAULT_CONSTANTS_FILE "plait-tune-constants.txt"
-#define ESIZE 4 /* float, the perf programs' default type */
-
-enum mode { MODE_NONE = 0, MODE_CALIBRATE, MODE_EXPLAIN, MODE_SIMULATE, MODE_LIST_ALGOS };
-
-struct args {
-    int mode;
-    /* --calibrate */
-    const char *out;
-    bool is_quick;
-    /* --explain / --simulate */
-    const char *constants;
-    const char *topo_file;
-    int coll;                        /* --explain: one collective */
-    bool colls[PLAIT_COLL_COUNT];    /* --simulate: the set */
-    bool has_colls;
-    int ranks;
-    bool has_ranks;
-    int nodes;
-    bool has_nodes;
-    int link;                        /* PLAIT_MLINK_SHM, _INPROC, _SOCKET */
-    bool has_link;
-    int channels;                    /* 0: the default */
-    uint64_t from, to, size;
-    bool has_from, has_to, has_size;
-    int step;
-    bool has_step;
-    bool is_tsv;
-    int max_full_ranks;
-    int full_budget_s;               /* --simulate: seconds a full replay above max_full_ranks may take */
-};
-
-static const char usage_text[] =
-    "usage: plait-tune MODE [OPTIONS]\n"
-    "\n"
-    "The cost model and the tuner from the command line (docs/tuning.md).\n"
-    "\n"
-    "Modes:\n"
-    "  --calibrate        measure the model's constants on this machine and write a constants file\n"
-    "  --explain          every candidate the tuner weighs for one collective, per size, and its pick\n"
-    "  --simulate         predict each collective and algorithm on N copies of a recorded host\n"
-    "  --list-algos       the algorithms that implement --coll on --ranks ranks, one per line\n"
-    "  --help             this text\n"
-    "\n"
-    "--calibrate options:\n"
-    "  --out FILE         where to write the constants (default " DEFAULT_CONSTANTS_FILE ")\n"
-    "  --quick            fewer, shorter repetitions (about 2 s instead of 10 s on an idle 2-core machine)\n"
-    "\n"
-    "--explain options:\n"
-    "  --coll C           allreduce, broadcast, reduce, allgather, reducescatter, alltoall, gather, scatter\n"
-    "                     (default allreduce)\n"
-    "  --ranks N          ranks (default: 2; with --topo: nodes x the host's ranks)\n"
-    "  --link L           shm (processes, default), inproc (threads) or socket (TCP) between this host's ranks\n"
-    "  --topo FILE        a recorded host (plait or NCCL topology XML) instead of this one; with --nodes N\n"
-    "  --nodes N          copies of the --topo host (default 1)\n"
-    "  --from SIZE        first size (default 8)\n"
-    "  --to SIZE          last size (default 8G)\n"
-    "  --step F           size factor between rows, an integer >= 2 (default 4)\n"
-    "  --channels N       the most channels a call may use (default: PLAIT_NCHANNELS, 2; with --topo: at\n"
-    "                     least the host's rings)\n"
-    "  --tsv              rows \"size algo proto channels chunk time_us busbw chosen\" (tab-separated)\n"
-    "\n"
-    "--simulate options:\n"
-    "  --topo FILE        the host (required), e.g. tests/fixtures/topo/dgx-h100.xml\n"
-    "  --nodes N          copies of it, 1..4096 (default 1)\n"
-    "  --size SIZE        the size of each call (default 1G)\n"
-    "  --coll LIST        \"all\" (default: allreduce,allgather,reducescatter,broadcast,alltoall) or a list\n"
-    "  --channels N       the most channels a call may use (default: the host's rings, at least PLAIT_NCHANNELS)\n"
-    "  --max-full-ranks N algorithms that need the full replay (every rank) are searched (channels, chunk)\n"
-    "                     up to N ranks (default 64); above, one point (the most channels, the largest\n"
-    "                     chunk) is replayed in a child process within --full-budget seconds\n"
-    "  --full-budget S    seconds that one point above --max-full-ranks may take before it is given up\n"
-    "                     (default 8; 0: skip those algorithms)\n"
-    "\n"
-    "Common options:\n"
-    "  --constants FILE   the model's constants (default: PLAIT_TUNE_CONSTANTS, else the built-in defaults)\n"
-    "\n"
-    "Sizes are bytes with an optional K, M, G or T (powers of 1024), as nccl-tests' -b: the whole buffer\n"
-    "for allreduce, broadcast, reduce and alltoall, the whole output (per-rank size x ranks) for\n"
-    "allgather and gather, the whole input for reducescatter and scatter; float elements (4 bytes).\n"
-    "The tuner itself counts bytes per rank for allgather, reducescatter, alltoall, gather, scatter.\n"
-    "\n"
-    "Exit status: 0 done, 1 failure (a file, a measurement, the model), 2 usage error.\n";
-
-/* One message on stderr, "plait-tune: ..." and, for usage errors, a hint at
- * --help; returns code (the exit status). */
-static int vreport(int code, bool hint, const char *fmt, va_list ap)
-{
-    fputs("plait-tune: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(hint ? "\n(plait-tune --help lists the options)\n" : "\n", stderr);
-    return code;
-}
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int code = vreport(EXIT_USAGE, true, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-static int failure(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int failure(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int code = vreport(EXIT_FAILURE, false, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-/* A file or value named on the command line that cannot be used: a usage
- * error too (exit 2), but without the hint at --help. */
-static int bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad_input(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int code = vreport(EXIT_USAGE, false, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-/* ---------------------------------------------------------------- parsing */
-
-static bool parse_int(const char *s, int lo, int hi, int *out)
-{
-    long v;
-    if (!plait_topo_parse_long(s, lo, hi, &v))
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-/* "8", "4K", "8G", "1.5M", "64KiB": bytes, at least 1, whole. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '+')
-        return false;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return false;
-    double unit = 1;
-    switch (*end) {
-    case 'k': case 'K': unit = 1024.0; end++; break;
-    case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (unit > 1 && *end == 'i')
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end)
-        return false;
-    v *= unit;
-    if (v < 1 || v > 0x1p62 || v != floor(v))
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-static const char *human_size(uint64_t b, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    uint64_t v = b;
-    while (u < 4 && v >= 1024 && v % 1024 == 0) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, "%llu %s", (unsigned long long)v, units[u]);
-    return buf;
-}
-
-static int find_coll(const char *name, size_t len)
-{
-    for (int c = 0; c < PLAIT_COLL_COUNT; c++) {
-        const char *n = plait_coll_name(c);
-        if (c != PLAIT_COLL_BARRIER && plait_coll_is_scheduled(c) && strlen(n) == len && strncmp(n, name, len) == 0)
-            return c;
-    }
-    return -1;
-}
-
-static const char valid_colls[] = "allreduce, broadcast, reduce, allgather, reducescatter, alltoall, gather, scatter";
-
-static int parse_args(int argc, char **argv, struct args *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->coll = PLAIT_COLL_ALLREDUCE;
-    a->ranks = 2;
-    a->nodes = 1;
-    a->link = PLAIT_MLINK_SHM;
-    a->from = 8;
-    a->to = 8ull << 30;
-    a->size = 1ull << 30;
-    a->step = 4;
-    a->max_full_ranks = 64;
-    a->full_budget_s = 8;
-
-    static const struct {
-        const char *name;
-        int mode;
-    } modes[] = {{"--calibrate", MODE_CALIBRATE},
-                 {"--explain", MODE_EXPLAIN},
-                 {"--simulate", MODE_SIMULATE},
-                 {"--list-algos", MODE_LIST_ALGOS}};
-    static const char *const valued[] = {"--out",  "--constants", "--topo",     "--coll",    "--ranks",
-                                         "--nodes", "--link",     "--from",     "--to",      "--step",
-                                         "--size", "--channels", "--max-full-ranks", "--full-budget"};
-    /* Which options each mode takes (bit per mode), so that a misplaced one
-     * is reported rather than silently ignored. */
-    static const struct {
-        const char *name;
-        unsigned modes;
-    } applies[] = {
-        {"--out", 1u << MODE_CALIBRATE},
-        {"--quick", 1u << MODE_CALIBRATE},
-        {"--constants", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
-        {"--topo", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
-        {"--coll", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE | 1u << MODE_LIST_ALGOS},
-        {"--ranks", 1u << MODE_EXPLAIN | 1u << MODE_LIST_ALGOS},
-        {"--nodes", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
-        {"--link", 1u << MODE_EXPLAIN},
-        {"--from", 1u << MODE_EXPLAIN},
-        {"--to", 1u << MODE_EXPLAIN},
-        {"--step", 1u << MODE_EXPLAIN},
-        {"--tsv", 1u << MODE_EXPLAIN},
-        {"--size", 1u << MODE_SIMULATE},
-        {"--channels", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
-        {"--max-full-ranks", 1u << MODE_SIMULATE},
-        {"--full-budget", 1u << MODE_SIMULATE},
-    };
-    const char *seen[sizeof(applies) / sizeof(applies[0])] = {0};
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        char name[32];
-        const char *value = NULL;
-        const char *eq = strchr(arg, '=');
-        if (strncmp(arg, "--", 2) == 0 && eq && (size_t)(eq - arg) < sizeof(name)) {
-            memcpy(name, arg, (size_t)(eq - arg));
-            name[eq - arg] = '\0';
-            value = eq + 1;
-        } else {
-            if (strlen(arg) >= sizeof(name))
-                return usage_error("unknown %s '%s'", arg[0] == '-' ? "option" : "argument", arg);
-            snprintf(name, sizeof(name), "%s", arg);
-        }
-
-        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
-            if (value)
-                return usage_error("%s takes no value (got '%s')", name, arg);
-            fputs(usage_text, stdout);
-            exit(EXIT_SUCCESS);
-        }
-        bool is_mode = false;
-        for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
-            if (strcmp(name, modes[m].name) != 0)
-                continue;
-            if (value)
-                return usage_error("%s takes no value (got '%s')", name, arg);
-            if (a->mode && a->mode != modes[m].mode)
-                return usage_error("%s: only one of --calibrate, --explain, --simulate, --list-algos at a time",
-                                   name);
-            a->mode = modes[m].mode;
-            is_mode = true;
-        }
-        if (is_mode)
-            continue;
-
-        int which = -1;
-        for (size_t k = 0; k < sizeof(applies) / sizeof(applies[0]); k++)
-            if (strcmp(name, applies[k].name) == 0)
-                which = (int)k;
-        if (which < 0)
-            return usage_error("unknown %s '%s'", arg[0] == '-' ? "option" : "argument", arg);
-        seen[which] = applies[which].name;
-
-        if (strcmp(name, "--quick") == 0 || strcmp(name, "--tsv") == 0) {
-            if (value)
-                return usage_error("%s takes no value (got '%s')", name, arg);
-            if (name[2] == 'q')
-                a->is_quick = true;
-            else
-                a->is_tsv = true;
-            continue;
-        }
-        bool is_valued = false;
-        for (size_t v = 0; v < sizeof(valued) / sizeof(valued[0]); v++)
-            is_valued |= strcmp(name, valued[v]) == 0;
-        if (!is_valued)
-            return usage_error("unknown option '%s'", arg);
-        if (!value) {
-            if (i + 1 >= argc)
-                return usage_error("%s needs a value", name);
-            value = argv[++i];
-        }
-        if (!*value)
-            return usage_error("%s: the value is empty", name);
-
-        if (strcmp(name, "--out") == 0) {
-            a->out = value;
-        } else if (strcmp(name, "--constants") == 0) {
-            a->constants = value;
-        } else if (strcmp(name, "--topo") == 0) {
-            a->topo_file = value;
-        } else if (strcmp(name, "--coll") == 0) {
-            a->has_colls = true;
-            memset(a->colls, 0, sizeof(a->colls));
-            if (strcmp(value, "all") == 0) {
-                a->colls[PLAIT_COLL_ALLREDUCE] = a->colls[PLAIT_COLL_ALLGATHER] = true;
-                a->colls[PLAIT_COLL_REDUCESCATTER] = a->colls[PLAIT_COLL_BROADCAST] = true;
-                a->colls[PLAIT_COLL_ALLTOALL] = true;
-                a->coll = -1;
-                continue;
-            }
-            int n = 0;
-            for (const char *p = value;;) {
-                size_t len = strcspn(p, ",");
-                int c = find_coll(p, len);
-                if (c < 0)
-                    return usage_error("--coll '%.*s': unknown collective (valid: %s%s)", (int)len, p, valid_colls,
-                                       a->mode == MODE_SIMULATE ? ", or all" : "");
-                a->colls[c] = true;
-                a->coll = c;
-                n++;
-                if (!p[len])
-                    break;
-                p += len + 1;
-            }
-            if (n > 1)
-                a->coll = -1; /* only --simulate takes a list (checked below) */
-        } else if (strcmp(name, "--ranks") == 0) {
-            if (!parse_int(value, 1, 1 << 16, &a->ranks))
-                return usage_error("--ranks '%s': expected a number of ranks from 1 to 65536", value);
-            a->has_ranks = true;
-        } else if (strcmp(name, "--nodes") == 0) {
-            if (!parse_int(value, 1, 4096, &a->nodes))
-                return usage_error("--nodes '%s': expected a number of nodes from 1 to 4096", value);
-            a->has_nodes = true;
-        } else if (strcmp(name, "--link") == 0) {
-            if (strcmp(value, "shm") == 0)
-                a->link = PLAIT_MLINK_SHM;
-            else if (strcmp(value, "inproc") == 0)
-                a->link = PLAIT_MLINK_INPROC;
-            else if (strcmp(value, "socket") == 0)
-                a->link = PLAIT_MLINK_SOCKET;
-            else
-                return usage_error("--link '%s': expected shm, inproc or socket", value);
-            a->has_link = true;
-        } else if (strcmp(name, "--from") == 0 || strcmp(name, "--to") == 0 || strcmp(name, "--size") == 0) {
-            uint64_t v;
-            if (!parse_size(value, &v))
-                return usage_error("%s '%s': expected a size in bytes of at least 1, with an optional K, M, G or "
-                                   "T (e.g. 8, 64K, 8G)",
-                                   name, value);
-            if (name[2] == 'f') {
-                a->from = v;
-                a->has_from = true;
-            } else if (name[2] == 't') {
-                a->to = v;
-                a->has_to = true;
-            } else {
-                a->size = v;
-                a->has_size = true;
-            }
-        } else if (strcmp(name, "--step") == 0) {
-            if (!parse_int(value, 2, 1 << 20, &a->step))
-                return usage_error("--step '%s': expected an integer factor of at least 2", value);
-            a->has_step = true;
-        } else if (strcmp(name, "--channels") == 0) {
-            if (!parse_int(value, 1, 64, &a->channels))
-                return usage_error("--channels '%s': expected a number of channels from 1 to 64", value);
-        } else if (strcmp(name, "--full-budget") == 0) {
-            if (!parse_int(value, 0, 3600, &a->full_budget_s))
-                return usage_error("--full-budget '%s': expected seconds from 0 to 3600", value);
-        } else {
-            if (!parse_int(value, 1, 1 << 20, &a->max_full_ranks))
-                return usage_error("--max-full-ranks '%s': expected a number of ranks of at least 1", value);
-        }
-    }
-
-    if (!a->mode)
-        return usage_error("no mode: give --calibrate, --explain, --simulate or --list-algos");
-    for (size_t k = 0; k < sizeof(applies) / sizeof(applies[0]); k++) {
-        if (seen[k] && !(applies[k].modes & (1u << a->mode))) {
-            static const char *const mode_names[] = {"", "--calibrate", "--explain", "--simulate", "--list-algos"};
-            return usage_error("%s does not apply to %s", seen[k], mode_names[a->mode]);
-        }
-    }
-    if (a->mode != MODE_SIMULATE && a->coll < 0)
-        return usage_error("--coll: %s takes one collective", a->mode == MODE_EXPLAIN ? "--explain" : "--list-algos");
-    if (a->mode == MODE_SIMULATE && !a->has_colls) {
-        a->colls[PLAIT_COLL_ALLREDUCE] = a->colls[PLAIT_COLL_ALLGATHER] = true;
-        a->colls[PLAIT_COLL_REDUCESCATTER] = a->colls[PLAIT_COLL_BROADCAST] = true;
-        a->colls[PLAIT_COLL_ALLTOALL] = true;
-    }
-    if (a->mode == MODE_SIMULATE && !a->topo_file)
-        return usage_error("--simulate needs --topo FILE (e.g. tests/fixtures/topo/dgx-h100.xml)");
-    if (a->mode == MODE_EXPLAIN) {
-        if (a->has_nodes && !a->topo_file)
-            return usage_error("--nodes needs --topo FILE (without it the machine is this host)");
-        if (a->has_link && a->topo_file)
-            return usage_error("--link applies to this host; with --topo the links come from the topology");
-        if (a->from > a->to)
-            return usage_error("--from %llu is above --to %llu", (unsigned long long)a->from,
-                               (unsigned long long)a->to);
-    }
-    return 0;
-}
-
-/* ---------------------------------------------------------------- shared helpers */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-static double median(double *v, int n)
-{
-    if (n <= 0)
-        return NAN;
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* The constants: --constants FILE, else PLAIT_TUNE_CONSTANTS, else the
- * defaults. *origin says which, for the header lines. */
-static int load_constants(const char *path, struct plait_model_consts *k, const char **origin)
-{
-    plait_model_consts_default(k);
-    *origin = "built-in defaults";
-    const char *env = getenv("PLAIT_TUNE_CONSTANTS");
-    const char *what = "--constants";
-    if (!path && env && *env) {
-        path = env;
-        what = "PLAIT_TUNE_CONSTANTS";
-    }
-    if (!path)
-        return 0;
-    plait_result_t res = plait_model_consts_load(path, k);
-    if (res != PLAIT_SUCCESS)
-        return bad_input("%s %s: %s", what, path, plait_get_last_error(NULL));
-    *origin = path;
-    return 0;
-}
-
-/* Bytes the tuner counts for a call of nccl-tests size `size` (-b): count x
- * element size, per rank where the collective's count is per rank. */
-static bool is_per_rank(int coll)
-{
-    return coll == PLAIT_COLL_ALLGATHER || coll == PLAIT_COLL_REDUCESCATTER || coll == PLAIT_COLL_ALLTOALL ||
-           coll == PLAIT_COLL_GATHER || coll == PLAIT_COLL_SCATTER;
-}
-
-static uint64_t tuner_bytes(int coll, uint64_t size, int nranks)
-{
-    uint64_t count = size / ESIZE;
-    if (is_per_rank(coll))
-        count /= (uint64_t)nranks;
-    return count * ESIZE;
-}
-
-/* What a call may use, as a communicator with the environment's settings
- * would allow it (base/env.c, enqueue.c's chunk rule). */
-static int tune_space(int coll, int nranks, int channels, struct plait_tune_space *sp)
-{
-    struct plait_settings set;
-    memset(sp, 0, sizeof(*sp));
-    if (plait_settings_load(&set) != PLAIT_SUCCESS)
-        return failure("the environment's settings: %s", plait_get_last_error(NULL));
-    for (int a = 1; a < PLAIT_ALGO_COUNT; a++)
-        sp->allowed[a] = plait_algorithms[a].step && plait_algorithms[a].supports(coll, nranks);
-    sp->max_channels = channels > 0 ? channels : set.nchannels;
-    sp->slot_bytes = set.slot_bytes;
-    sp->nslots = set.nslots;
-    sp->max_chunk_bytes = (uint64_t)(set.nslots / 2) * set.slot_bytes;
-    if (set.chunk_bytes < sp->max_chunk_bytes)
-        sp->max_chunk_bytes = set.chunk_bytes;
-    sp->radix = set.tree_radix;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- --list-algos */
-
-static int run_list_algos(const struct args *a)
-{
-    for (int i = 1; i < PLAIT_ALGO_COUNT; i++)
-        if (plait_algorithms[i].step && plait_algorithms[i].supports(a->coll, a->ranks))
-            printf("%s\n", plait_algorithms[i].name);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- --explain */
-
-struct machine_desc {
-    char text[256];
-};
-
-static int build_machine(const struct args *a, const struct plait_model_consts *k, struct plait_model_machine *m,
-                         struct machine_desc *d)
-{
-    plait_result_t res;
-    if (a->topo_file) {
-        struct plait_topo *topo = NULL;
-        if ((res = plait_topo_load_xml(a->topo_file, &topo)) != PLAIT_SUCCESS)
-            return bad_input("--topo %s: %s", a->topo_file, plait_get_last_error(NULL));
-        res = plait_model_machine_from_topo(m, topo, a->nodes, k);
-        plait_topo_free(topo);
-        if (res != PLAIT_SUCCESS)
-            return failure("the machine of %s x %d: %s", a->topo_file, a->nodes, plait_get_last_error(NULL));
-        snprintf(d->text, sizeof(d->text), "%d %s of %s, %d ranks (%d per node, %s engine, %s within a node, %s "
-                 "between, %d %s per node)",
-                 a->nodes, a->nodes == 1 ? "node" : "nodes", a->topo_file, m->nranks, m->nranks / m->nhosts,
-                 plait_model_engine_name(m->engine), plait_model_link_name(m->intra_link),
-                 plait_model_link_name(m->inter_link), m->nics_per_host, m->nics_per_host == 1 ? "NIC" : "NICs");
-        return 0;
-    }
-    const struct plait_topo *topo = NULL;
-    const char *topo_note = "";
-    if (plait_topo_get(&topo) != PLAIT_SUCCESS) {
-        topo = NULL;
-        topo_note = " (topology unknown: no time-slicing modelled)";
-    }
-    if ((res = plait_tune_machine_local(m, a->ranks, a->link, topo, k)) != PLAIT_SUCCESS)
-        return failure("the machine of %d ranks on this host: %s", a->ranks, plait_get_last_error(NULL));
-    char ll[64] = "no LL";
-    if (m->ll_ok)
-        snprintf(ll, sizeof(ll), "LL up to %llu B per rank pair", (unsigned long long)m->ll_max_bytes);
-    char cores[32] = "cores unknown";
-    if (m->cores_per_host > 0)
-        snprintf(cores, sizeof(cores), "%d cores", m->cores_per_host);
-    snprintf(d->text, sizeof(d->text), "this host, %d ranks over %s, %s, %s%s", a->ranks,
-             plait_model_link_name(a->link), cores, ll, topo_note);
-    return 0;
-}
-
-static int run_explain(const struct args *a)
-{
-    struct plait_model_consts k;
-    const char *origin;
-    int rc = load_constants(a->constants, &k, &origin);
-    if (rc)
-        return rc;
-    struct plait_model_machine m;
-    memset(&m, 0, sizeof(m));
-    struct machine_desc d;
-    if ((rc = build_machine(a, &k, &m, &d)))
-        return rc;
-    if (a->topo_file && a->has_ranks && a->ranks != m.nranks) {
-        const int have = m.nranks;
-        plait_model_machine_free(&m);
-        return usage_error("--ranks %d: %d %s of %s have %d ranks", a->ranks, a->nodes,
-                           a->nodes == 1 ? "node" : "nodes", a->topo_file, have);
-    }
-    const int n = m.nranks;
-    struct plait_tune_space sp;
-    /* A recorded host brings its own rings (one per channel, as NCCL's):
-     * they bound the channels, as in --simulate. */
-    int channels = a->channels;
-    if (channels == 0 && a->topo_file) {
-        struct plait_settings set;
-        channels = plait_settings_load(&set) == PLAIT_SUCCESS ? set.nchannels : 2;
-        if (m.norder > channels)
-            channels = m.norder;
-    }
-    if ((rc = tune_space(a->coll, n, channels, &sp))) {
-        plait_model_machine_free(&m);
-        return rc;
-    }
-    const char *conv = is_per_rank(a->coll)
-                           ? (a->coll == PLAIT_COLL_ALLGATHER || a->coll == PLAIT_COLL_GATHER
-                                  ? "size = the whole output (per-rank bytes x ranks); the tuner counts size / ranks"
-                              : a->coll == PLAIT_COLL_ALLTOALL
-                                  ? "size = the whole buffer of a rank; the tuner counts size / ranks"
-                                  : "size = the whole input (per-rank bytes x ranks); the tuner counts size / ranks")
-                           : "size = the whole buffer (the tuner counts the same)";
-    if (a->is_tsv) {
-        printf("# plait-tune --explain --coll %s: %s; constants: %s\n", plait_coll_name(a->coll), d.text, origin);
-        printf("# %s; float elements\n", conv);
-        printf("# size\talgo\tproto\tchannels\tchunk\ttime_us\tbusbw\tchosen\n");
-    } else {
-        printf("%s on %s\n", plait_coll_name(a->coll), d.text);
-        printf("constants: %s\n", origin);
-        printf("%s; float elements; busbw as nccl-tests (GB/s); * = the tuner's pick\n", conv);
-        printf("channels up to %d, chunk up to %llu B, FIFO %u x %llu B\n\n", sp.max_channels,
-               (unsigned long long)sp.max_chunk_bytes, sp.nslots, (unsigned long long)sp.slot_bytes);
-        printf("  %10s  %-13s %-6s %3s %9s %13s %11s\n", "size", "algorithm", "proto", "ch", "chunk", "time_us",
-               "busbw_GB/s");
-    }
-    struct plait_tune_candidate cands[PLAIT_ALGO_COUNT * PLAIT_MPROTO_COUNT];
-    int status = 0;
-    for (uint64_t size = a->from; size <= a->to;) {
-        char hs[32];
-        uint64_t bytes = tuner_bytes(a->coll, size, n);
-        if (bytes == 0) {
-            if (!a->is_tsv)
-                printf("  %10s  (fewer than one element per rank: skipped)\n", human_size(size, hs, sizeof(hs)));
-        } else {
-            int nc = 0, best = -1;
-            plait_result_t res = plait_tune_candidates(&m, &sp, a->coll, bytes, ESIZE, cands,
-                                                       (int)(sizeof(cands) / sizeof(cands[0])), &nc, &best);
-            if (res != PLAIT_SUCCESS) {
-                failure("size %llu: %s", (unsigned long long)size, plait_get_last_error(NULL));
-                status = 1;
-                break;
-            }
-            if (nc == 0 && !a->is_tsv)
-                printf("  %10s  (no candidate applies)\n", human_size(size, hs, sizeof(hs)));
-            /* The pick is what a communicator's tuner takes for this size (its
-             * bucket's decision), which may differ from the fastest row here
-             * when the size is not its bucket's lower edge. */
-            int pick_algo = -1, pick_proto = -1;
-            if (nc > 0 && plait_tune_pick(&m, &sp, a->coll, bytes, &pick_algo, &pick_proto) == PLAIT_SUCCESS) {
-                best = -1;
-                for (int i = 0; i < nc && best < 0; i++)
-                    if (cands[i].choice.proto == pick_proto &&
-                        (pick_proto == PLAIT_MPROTO_LL || cands[i].choice.algo == pick_algo))
-                        best = i;
-            }
-            for (int i = 0; i < nc; i++) {
-                const struct plait_tune_choice *c = &cands[i].choice;
-                const struct plait_model_result *r = &cands[i].result;
-                if (a->is_tsv) {
-                    printf("%llu\t%s\t%s\t%d\t%u\t%.3f\t%.4f\t%d\n", (unsigned long long)size,
-                           c->proto == PLAIT_MPROTO_LL ? "ll" : plait_algorithms[c->algo].name,
-                           plait_model_proto_name(c->proto),
-                           c->nchannels, c->chunk_bytes, r->time_s * 1e6, r->busbw / 1e9, i == best);
-                } else {
-                    printf("%c %10s  %-13s %-6s %3d %9u %13.2f %11.3f\n", i == best ? '*' : ' ',
-                           i == 0 ? human_size(size, hs, sizeof(hs)) : "",
-                           c->proto == PLAIT_MPROTO_LL ? "ll" : plait_algorithms[c->algo].name,
-                           plait_model_proto_name(c->proto), c->nchannels, c->chunk_bytes, r->time_s * 1e6,
-                           r->busbw / 1e9);
-                }
-            }
-        }
-        if (size > a->to / (uint64_t)a->step)
-            break;
-        size *= (uint64_t)a->step;
-    }
-    plait_model_machine_free(&m);
-    return status;
-}
-
-/* ---------------------------------------------------------------- --simulate */
-
-/* What a child sends back for one point (full_point). */
-struct point_msg {
-    plait_result_t status;
-    struct plait_model_result res;
-    char why[256];
-};
-
-/* One point of an algorithm that needs the full replay above --max-full-ranks:
- * the most channels and the largest chunk (the tuner's first guess for a
- * large call), replayed in a child process that is killed after budget_s.
- * The cost of a full replay grows with ranks x pieces (1 GiB recursive
- * allgather on 4096 ranks: 33M pieces, half a minute), which no rank count
- * predicts well; a deadline does. Returns 0 with *out, 1 when the model
- * declined or failed (why), 2 when the deadline passed. */
-static int full_point(const struct plait_model_machine *m, const struct plait_tune_space *sp, int coll,
-                      uint64_t count, int algo, int budget_s, struct plait_model_call *call,
-                      struct plait_model_result *out, char *why, size_t whylen)
-{
-    plait_model_call_init(call, coll, count, ESIZE, algo, PLAIT_MPROTO_SIMPLE);
-    call->slot_bytes = sp->slot_bytes;
-    call->nslots = sp->nslots;
-    call->radix = sp->radix;
-    call->nchannels = sp->max_channels > 0 ? sp->max_channels : 1;
-    call->chunk_bytes = sp->max_chunk_bytes;
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(why, whylen, "pipe: %s", strerror(errno));
-        return 1;
-    }
-    fflush(stdout);
-    const pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        snprintf(why, whylen, "fork: %s", strerror(errno));
-        return 1;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        struct point_msg msg;
-        memset(&msg, 0, sizeof(msg));
-        msg.status = plait_model_time(m, call, PLAIT_MODEL_AUTO, &msg.res);
-        if (msg.status != PLAIT_SUCCESS)
-            snprintf(msg.why, sizeof(msg.why), "%s", plait_get_last_error(NULL));
-        const char *p = (const char *)&msg;
-        size_t left = sizeof(msg);
-        while (left > 0) {
-            const ssize_t w = write(fds[1], p, left);
-            if (w <= 0)
-                _exit(1);
-            p += w;
-            left -= (size_t)w;
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    struct point_msg msg;
-    size_t got = 0;
-    const double deadline = now_s() + budget_s;
-    int rc = 2;
-    for (;;) {
-        const double left = deadline - now_s();
-        if (left <= 0)
-            break;
-        struct timeval tv = {.tv_sec = (time_t)left, .tv_usec = (suseconds_t)((left - (double)(time_t)left) * 1e6)};
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fds[0], &rd);
-        const int sel = select(fds[0] + 1, &rd, NULL, NULL, &tv);
-        if (sel < 0 && errno == EINTR)
-            continue;
-        if (sel <= 0)
-            break;
-        const ssize_t r = read(fds[0], (char *)&msg + got, sizeof(msg) - got);
-        if (r <= 0) {
-            snprintf(why, whylen, "the replay's process ended without an answer");
-            rc = 1;
-            break;
-        }
-        got += (size_t)r;
-        if (got == sizeof(msg)) {
-            rc = msg.status == PLAIT_SUCCESS ? 0 : 1;
-            if (rc == 0)
-                *out = msg.res;
-            else
-                snprintf(why, whylen, "%s", msg.why);
-            break;
-        }
-    }
-    close(fds[0]);
-    if (rc == 2)
-        kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return rc;
-}
-
-static int run_simulate(const struct args *a)
-{
-    struct plait_model_consts k;
-    const char *origin;
-    int rc = load_constants(a->constants, &k, &origin);
-    if (rc)
-        return rc;
-    struct plait_model_machine m;
-    memset(&m, 0, sizeof(m));
-    struct machine_desc d;
-    double t0 = now_s();
-    if ((rc = build_machine(a, &k, &m, &d)))
-        return rc;
-    const double build_s = now_s() - t0;
-    const int n = m.nranks;
-    char hs[32];
-    printf("simulate: %s\n", d.text);
-    printf("size %s per call (nccl-tests -b: whole buffer; allgather output / reducescatter input = per-rank x "
-           "ranks); constants: %s\n",
-           human_size(a->size, hs, sizeof(hs)), origin);
-    printf("machine built in %.1f ms; algorithms that need the full replay: searched up to %d ranks "
-           "(--max-full-ranks), above it one point within %d s (--full-budget)\n\n",
-           build_s * 1e3, a->max_full_ranks, a->full_budget_s);
-    printf("%-14s %-13s %-6s %3s %9s %14s %11s  %-8s %10s\n", "collective", "algorithm", "proto", "ch", "chunk",
-           "time_us", "busbw_GB/s", "replay", "model_ms");
-
-    const int order[] = {PLAIT_COLL_ALLREDUCE, PLAIT_COLL_ALLGATHER, PLAIT_COLL_REDUCESCATTER, PLAIT_COLL_BROADCAST,
-                         PLAIT_COLL_ALLTOALL,  PLAIT_COLL_REDUCE,    PLAIT_COLL_GATHER,        PLAIT_COLL_SCATTER};
-    int status = 0;
-    double total_s = 0;
-    for (size_t oi = 0; oi < sizeof(order) / sizeof(order[0]); oi++) {
-        const int coll = order[oi];
-        if (!a->colls[coll])
-            continue;
-        struct plait_tune_space sp;
-        int channels = a->channels;
-        if (channels == 0) {
-            struct plait_settings set;
-            channels = plait_settings_load(&set) == PLAIT_SUCCESS ? set.nchannels : 2;
-            if (m.norder > channels)
-                channels = m.norder;
-        }
-        if ((rc = tune_space(coll, n, channels, &sp))) {
-            status = rc;
-            break;
-        }
-        uint64_t bytes = tuner_bytes(coll, a->size, n);
-        if (bytes == 0) {
-            printf("%-14s (%s is less than one element per rank on %d ranks: skipped)\n", plait_coll_name(coll),
-                   human_size(a->size, hs, sizeof(hs)), n);
-            continue;
-        }
-        double best_t = INFINITY;
-        const char *best_name = NULL;
-        int shown = 0;
-        /* algo 0: the small-message protocol alone (no schedule allowed); it is
-         * listed once, not beside every algorithm. */
-        for (int algo = 0; algo < PLAIT_ALGO_COUNT; algo++) {
-            if (algo > 0 && !sp.allowed[algo])
-                continue;
-            shown += algo > 0;
-            /* Whether the reduced replay applies: ask for it on a small call
-             * (cheap either way). Algorithms that need the full replay cost
-             * time in proportion to the ranks; above the cutoff they are
-             * skipped with the reason rather than left to run for minutes. */
-            struct plait_model_call probe;
-            struct plait_model_result pr;
-            plait_model_call_init(&probe, coll, (uint64_t)n * 64, ESIZE, algo, PLAIT_MPROTO_SIMPLE);
-            probe.nchannels = 1;
-            bool is_reduced = algo > 0 && m.nhosts > 1 &&
-                              plait_model_time(&m, &probe, PLAIT_MODEL_REDUCED, &pr) == PLAIT_SUCCESS;
-            if (algo > 0 && !is_reduced && n > a->max_full_ranks) {
-                /* Not rotation-invariant: every rank is replayed. One point,
-                 * within the budget, instead of the tuner's search. */
-                if (a->full_budget_s == 0) {
-                    printf("%-14s %-13s skipped: needs the full replay of %d ranks (not rotation-invariant), above "
-                           "--max-full-ranks %d (--full-budget 0)\n",
-                           plait_coll_name(coll), plait_algorithms[algo].name, n, a->max_full_ranks);
-                    continue;
-                }
-                struct plait_model_call pc;
-                struct plait_model_result r;
-                memset(&r, 0, sizeof(r));
-                char why[256] = "";
-                const double s0 = now_s();
-                const int prc = full_point(&m, &sp, coll, bytes / ESIZE, algo, a->full_budget_s, &pc, &r, why,
-                                           sizeof(why));
-                const double took = now_s() - s0;
-                total_s += took;
-                if (prc == 2) {
-                    printf("%-14s %-13s skipped: the full replay of %d ranks (not rotation-invariant) took more than "
-                           "%d s (--full-budget)\n",
-                           plait_coll_name(coll), plait_algorithms[algo].name, n, a->full_budget_s);
-                    continue;
-                }
-                if (prc == 1) {
-                    printf("%-14s %-13s no prediction: %s\n", plait_coll_name(coll), plait_algorithms[algo].name, why);
-                    continue;
-                }
-                printf("%-14s %-13s %-6s %3d %9llu %14.1f %11.2f  %-8s %10.1f\n", plait_coll_name(coll),
-                       plait_algorithms[algo].name, "simple", pc.nchannels, (unsigned long long)pc.chunk_bytes,
-                       r.time_s * 1e6, r.busbw / 1e9, r.extrapolated ? "full+1pt" : "full 1pt", took * 1e3);
-                if (r.time_s < best_t) {
-                    best_t = r.time_s;
-                    best_name = plait_algorithms[algo].name;
-                }
-                continue;
-            }
-            struct plait_tune_space one = sp;
-            memset(one.allowed, 0, sizeof(one.allowed));
-            if (algo > 0)
-                one.allowed[algo] = 1;
-            struct plait_tune_candidate cands[PLAIT_MPROTO_COUNT * 2];
-            int nc = 0, best = -1;
-            double s0 = now_s();
-            plait_result_t res = plait_tune_candidates(&m, &one, coll, bytes, ESIZE, cands,
-                                                       (int)(sizeof(cands) / sizeof(cands[0])), &nc, &best);
-            double took = now_s() - s0;
-            total_s += took;
-            if (res != PLAIT_SUCCESS) {
-                printf("%-14s %-13s model failed: %s\n", plait_coll_name(coll), plait_algorithms[algo].name,
-                       plait_get_last_error(NULL));
-                status = 1;
-                continue;
-            }
-            if (nc == 0 && algo == 0)
-                continue;
-            if (nc == 0) {
-                printf("%-14s %-13s no prediction (the model declines this call)\n", plait_coll_name(coll),
-                       plait_algorithms[algo].name);
-                continue;
-            }
-            for (int i = 0; i < nc; i++) {
-                const struct plait_tune_choice *c = &cands[i].choice;
-                const struct plait_model_result *r = &cands[i].result;
-                if ((c->proto == PLAIT_MPROTO_LL) != (algo == 0))
-                    continue;
-                const char *name = c->proto == PLAIT_MPROTO_LL ? "ll" : plait_algorithms[c->algo].name;
-                printf("%-14s %-13s %-6s %3d %9u %14.1f %11.2f  %-8s %10.1f\n", plait_coll_name(coll), name,
-                       plait_model_proto_name(c->proto), c->nchannels, c->chunk_bytes, r->time_s * 1e6, r->busbw / 1e9,
-                       r->mode == PLAIT_MODEL_REDUCED ? (r->extrapolated ? "reduced+" : "reduced")
-                                                      : (r->extrapolated ? "full+" : "full"),
-                       took * 1e3);
-                if (r->time_s < best_t) {
-                    best_t = r->time_s;
-                    best_name = name;
-                }
-            }
-        }
-        if (shown == 0)
-            printf("%-14s no algorithm implements it on %d ranks\n", plait_coll_name(coll), n);
-        else if (best_name)
-            printf("%-14s fastest: %s (%.1f us)\n", plait_coll_name(coll), best_name, best_t * 1e6);
-        printf("\n");
-    }
-    printf("model time in all: %.2f s (replay: reduced = host 0's ranks only, full = every rank; + = two shorter "
-           "counts extrapolated; 1pt = one point, the most channels and the largest chunk, not searched)\n",
-           total_s);
-    plait_model_machine_free(&m);
-    return status;
-}
 
 /* ---------------------------------------------------------------- --calibrate
  *
@@ -1034,7 +100,7 @@ static int bench_rank(plait_comm_t comm, int rank, int nranks, const struct benc
             break;
         }
         const int iters = rep < 0 ? warm : s->iters;
-        double t0 = now_s();
+        double t0 = tune_now_s();
         for (int i = 0; i < iters && res == PLAIT_SUCCESS; i++) {
             switch (s->kind) {
             case BENCH_PINGPONG:
@@ -1071,7 +137,7 @@ static int bench_rank(plait_comm_t comm, int rank, int nranks, const struct benc
                 break;
             }
         }
-        double t = now_s() - t0;
+        double t = tune_now_s() - t0;
         if (res != PLAIT_SUCCESS) {
             bench_fail(sh, s->kind == BENCH_PINGPONG ? "ping-pong" : s->kind == BENCH_STREAM ? "stream" : "allreduce",
                        res, comm);
@@ -1146,8 +212,8 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
                 }
                 atomic_store(&sh->id_ready, 1);
             } else {
-                double deadline = now_s() + CAL_DEADLINE_S;
-                while (atomic_load(&sh->id_ready) == 0 && now_s() < deadline)
+                double deadline = tune_now_s() + CAL_DEADLINE_S;
+                while (atomic_load(&sh->id_ready) == 0 && tune_now_s() < deadline)
                     usleep(100);
                 if (atomic_load(&sh->id_ready) != 1)
                     _exit(1);
@@ -1169,7 +235,7 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
     }
     /* Reap with a deadline: a rank stuck in a wait is killed, and so is the
      * rest of the run. */
-    double deadline = now_s() + CAL_DEADLINE_S;
+    double deadline = tune_now_s() + CAL_DEADLINE_S;
     int failed = started < nranks;
     int live = started;
     bool is_killed = started < nranks;
@@ -1199,7 +265,7 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
         }
         if (p < 0 && errno != EINTR)
             break;
-        if (!is_killed && now_s() > deadline) {
+        if (!is_killed && tune_now_s() > deadline) {
             snprintf(why, whylen, "timed out after %.0f s", CAL_DEADLINE_S);
             for (int r = 0; r < started; r++)
                 if (pids[r])
@@ -1214,7 +280,7 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
     else if (failed && !why[0])
         snprintf(why, whylen, "a rank failed");
     if (!failed && sh->nreps == s->reps)
-        *out = median(sh->secs, sh->nreps);
+        *out = tune_median(sh->secs, sh->nreps);
     else
         failed = 1;
     munmap(sh, sizeof(*sh));
@@ -1254,7 +320,7 @@ static void *mem_thread_main(void *p)
         pthread_barrier_wait(t->bar);
         if (!t->ok)
             continue;
-        double t0 = now_s();
+        double t0 = tune_now_s();
         for (size_t i = 0; i < pieces; i++) {
             char *slot = ring + (i % 4) * CAL_SLOT;
             char *piece = big + i * CAL_SLOT;
@@ -1270,7 +336,7 @@ static void *mem_thread_main(void *p)
                 break;
             }
         }
-        double t1 = now_s();
+        double t1 = tune_now_s();
         if (rep >= 0)
             t->secs[rep] = (t1 - t0) / (double)(pieces * CAL_SLOT);
     }
@@ -1306,7 +372,7 @@ static int mem_measure(int kind, int nthreads, size_t buf_bytes, int reps, doubl
             if (t[i].secs[r] > worst[r])
                 worst[r] = t[i].secs[r];
     }
-    *out = median(worst, reps);
+    *out = tune_median(worst, reps);
     return 0;
 }
 
@@ -1334,7 +400,7 @@ static bool flag_wait(_Atomic uint64_t *word, uint64_t want, bool always_yield, 
             return true;
         if (always_yield || spins % FLAG_SPINS_BEFORE_YIELD == FLAG_SPINS_BEFORE_YIELD - 1) {
             sched_yield();
-            if (now_s() > deadline)
+            if (tune_now_s() > deadline)
                 return false;
         }
     }
@@ -1343,7 +409,7 @@ static bool flag_wait(_Atomic uint64_t *word, uint64_t want, bool always_yield, 
 /* The responder: echoes every new ping until FLAG_STOP or the deadline. */
 static void flag_responder(struct flags *f, bool always_yield)
 {
-    const double deadline = now_s() + CAL_DEADLINE_S;
+    const double deadline = tune_now_s() + CAL_DEADLINE_S;
     uint64_t seen = 0;
     for (unsigned long spins = 0;; spins++) {
         uint64_t v = atomic_load_explicit(&f->ping, memory_order_acquire);
@@ -1356,7 +422,7 @@ static void flag_responder(struct flags *f, bool always_yield)
         }
         if (always_yield || spins % FLAG_SPINS_BEFORE_YIELD == FLAG_SPINS_BEFORE_YIELD - 1) {
             sched_yield();
-            if (now_s() > deadline)
+            if (tune_now_s() > deadline)
                 return;
         }
     }
@@ -1407,9 +473,9 @@ static int flag_pingpong(bool is_process, double rep_s, int reps, bool always_yi
     double secs[CAL_MAX_REPS];
     uint64_t seq = 0;
     bool ok = true;
-    const double deadline = now_s() + CAL_DEADLINE_S;
+    const double deadline = tune_now_s() + CAL_DEADLINE_S;
     for (int rep = -1; rep < reps && ok; rep++) {
-        const double t0 = now_s();
+        const double t0 = tune_now_s();
         long trips = 0;
         double t = 0;
         do {
@@ -1418,7 +484,7 @@ static int flag_pingpong(bool is_process, double rep_s, int reps, bool always_yi
                 ok = flag_wait(&f->pong, seq, always_yield, deadline);
             }
             trips += 256;
-            t = now_s() - t0;
+            t = tune_now_s() - t0;
         } while (ok && t < rep_s);
         if (rep >= 0)
             secs[rep] = t / (double)trips / 2;
@@ -1434,7 +500,7 @@ static int flag_pingpong(bool is_process, double rep_s, int reps, bool always_yi
     munmap(f, sizeof(*f));
     if (!ok)
         return -1;
-    *out = median(secs, reps);
+    *out = tune_median(secs, reps);
     return 0;
 }
 
@@ -1687,7 +753,7 @@ static double cal_refine(struct plait_model_consts *k, double *const *slots, dou
     return best;
 }
 
-static int run_calibrate(const struct args *a)
+int tune_calibrate(const struct tune_args *a)
 {
     struct cal c = {.is_quick = a->is_quick};
     cpu_set_t cs;
@@ -1707,7 +773,7 @@ static int run_calibrate(const struct args *a)
         else
             snprintf(dir, sizeof(dir), ".");
         if (access(out, F_OK) == 0 ? access(out, W_OK) != 0 : access(dir, W_OK | X_OK) != 0)
-            return bad_input("--out %s: %s", out, strerror(errno));
+            return tune_bad_input("--out %s: %s", out, strerror(errno));
     }
 
     /* The measurements set what they need; a user's own choices would skew them. */
@@ -1726,7 +792,7 @@ static int run_calibrate(const struct args *a)
     struct plait_model_consts k;
     plait_model_consts_default(&k);
     const int C = PLAIT_MENGINE_CPU;
-    const double t_start = now_s();
+    const double t_start = tune_now_s();
     const int nthreads = c.ncores < 2 ? 1 : 2;
     char why[300];
     int nfailed = 0;
@@ -1909,7 +975,7 @@ static int run_calibrate(const struct args *a)
         v = pp_sock - cpu_part;
         if (v <= 0)
             v = pp_sock / 2;
-        k.alpha[PLAIT_MLINK_SOCKET] = v;
+        k.alpha[PLAIT_MLINK_TCP] = v;
         say("alpha.socket", v, "", "ping-pong - call - step");
     } else {
         printf("  ping-pong failed: %s\n", why[0] ? why : "no call/step overheads to subtract");
@@ -1922,7 +988,7 @@ static int run_calibrate(const struct args *a)
     why[0] = '\0';
     if (bench_procs(2, &sst, env_sock, &v, why, sizeof(why)) == 0) {
         v /= (double)stream_bytes;
-        k.beta[PLAIT_MLINK_SOCKET] = v;
+        k.beta[PLAIT_MLINK_TCP] = v;
         say("beta.socket", v, "", "2 processes exchanging over TCP, per byte");
     } else {
         printf("  stream failed: %s\n", why);
@@ -2086,7 +1152,7 @@ static int run_calibrate(const struct args *a)
     }
 
     printf("\nno GPU: gpu constants are defaults (alpha/beta of nvlink, pcie and net; every *.gpu key)\n");
-    const double took = now_s() - t_start;
+    const double took = tune_now_s() - t_start;
     time_t now = time(NULL);
     struct tm tm;
     char stamp[32];
@@ -2106,27 +1172,9 @@ static int run_calibrate(const struct args *a)
                  nfailed);
     plait_result_t res = plait_model_consts_save(out, &k, comment);
     if (res != PLAIT_SUCCESS)
-        return failure("writing %s: %s", out, plait_get_last_error(NULL));
+        return tune_failure("writing %s: %s", out, plait_get_last_error(NULL));
     printf("\nwrote %s (%.1f s)%s\n", out, took,
            nfailed ? "; some constants keep their defaults (see above)" : "");
     printf("use it: PLAIT_TUNE_CONSTANTS=%s, or plait-tune --explain --constants %s\n", out, out);
     return nfailed ? EXIT_FAILURE : 0;
-}
-
-int main(int argc, char **argv)
-{
-    struct args a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc)
-        return rc;
-    switch (a.mode) {
-    case MODE_CALIBRATE:
-        return run_calibrate(&a);
-    case MODE_EXPLAIN:
-        return run_explain(&a);
-    case MODE_SIMULATE:
-        return run_simulate(&a);
-    default:
-        return run_list_algos(&a);
-    }
 }
