@@ -505,7 +505,7 @@ Test(tune_tool, usage_errors_exit_2)
     expect_usage_error((const char *[]){"--frobnicate", NULL}, "--frobnicate");
     expect_usage_error((const char *[]){"--explain", "--coll", "nosuch", NULL}, "nosuch");
     expect_usage_error((const char *[]){"--explain", "--ranks", "0", NULL}, "--ranks");
-    /* The limit of --nodes is 4096 (tools/plait_tune.c, parse_args). */
+    /* The limit of --nodes is 4096 (tools/tune/main.c, parse_args). */
     expect_usage_error((const char *[]){"--explain", "--topo", xml, "--nodes", "4097", NULL}, "--nodes");
     expect_usage_error((const char *[]){"--simulate", "--topo", xml, "--nodes", "4097", NULL}, "--nodes");
     /* --ranks is the total: 2 nodes of 8 GPUs are 16 ranks, not 8. */
