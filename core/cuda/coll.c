@@ -19,6 +19,7 @@
 #include "core/cuda/kernel.h"
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
+#include "core/progress.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -700,25 +701,28 @@ static int wait_idle(struct plait_comm *comm, struct plait_cuda_comm *cc)
 {
     if (!cc->has_last)
         return 0;
-    const double limit = comm->set.coll_timeout_s > 0 ? comm->set.coll_timeout_s : 0;
-    double deadline = plait_deadline(limit);
+    /* Teardown: no spin, a sleep between polls of the event. */
+    struct plait_waiter w;
+    plait_waiter_init(&w, 0, comm->set.coll_timeout_s);
+    plait_waiter_pace(&w, 0, 0, PLAIT_WAIT_SLEEP_NS, PLAIT_WAIT_SLEEP_NS);
     int told = 0;
     for (;;) {
         int r = cc->cu->EventQuery(cc->event);
         if (r != PLAIT_CU_ERROR_NOT_READY)
             return 0; /* done, or the context is broken: nothing runs any more either way */
-        if (!told && (plait_deadline_passed(deadline) || __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))) {
+        if (!plait_wait_idle(&w))
+            continue;
+        if (!told && (plait_wait_expired(&w) || plait_aborted(&comm->abort_flag))) {
             __atomic_store_n((uint32_t *)(cc->ctl + CTL_ABORT_OFF), 1u, __ATOMIC_RELEASE);
             told = 1;
-            deadline = plait_deadline(10.0);
-        } else if (told && plait_deadline_passed(deadline)) {
+            plait_wait_rearm(&w, 10.0);
+        } else if (told && plait_wait_expired(&w)) {
             PLAIT_WARN(PLAIT_SUBSYS_INIT,
                        "CUDA on rank %d: the communicator's last kernel has not ended 10 s after its abort; its "
                        "device memory is left allocated",
                        comm->rank);
             return -1;
         }
-        usleep(200);
     }
 }
 
@@ -736,8 +740,10 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
     struct plait_dev_conn *dc = malloc(sizeof(*dc) * (size_t)cc->nconn);
     if (!dc)
         return;
-    const double deadline = plait_deadline(10.0);
-    while (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) && !plait_deadline_passed(deadline)) {
+    struct plait_waiter w;
+    plait_waiter_init(&w, 0, 10.0);
+    plait_waiter_pace(&w, 0, 0, PLAIT_WAIT_SLEEP_NS, PLAIT_WAIT_SLEEP_NS);
+    while (!plait_aborted(&comm->abort_flag)) {
         if (plait_cu_sync_copy(cc->cu, dc, (const void *)(uintptr_t)cc->dconns, sizeof(*dc) * (size_t)cc->nconn))
             break;
         int pending = 0;
@@ -754,7 +760,8 @@ static void wait_credits(struct plait_comm *comm, struct plait_cuda_comm *cc)
         }
         if (!pending)
             break;
-        usleep(200);
+        if (plait_wait_idle(&w) && plait_wait_expired(&w))
+            break;
     }
     free(dc);
 }
@@ -899,8 +906,7 @@ plait_result_t plait_cuda_poll_error(struct plait_comm *comm)
             snprintf(who, sizeof(who), "none");
         snprintf(msg, sizeof(msg), "device kernel on rank %d%s%s: lane %llu, peer %s: %s", comm->rank,
                  comm->name[0] ? " of " : "", comm->name, (unsigned long long)lane, who, kerr_text(k));
-        plait_comm_set_async_error(comm, res, msg);
-        __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
+        plait_comm_mark_failed_msg(comm, res, msg);
         PLAIT_WARN(PLAIT_SUBSYS_COLL, "%s", msg);
     }
     return res;
@@ -1463,10 +1469,9 @@ plait_result_t plait_cuda_launch(struct plait_op *ops)
             }
         }
         struct plait_cuda_comm *cc = comm->cuda;
-        /* Paired with plait_comm_abort as in the executor: either the abort
-         * sees us busy and waits before freeing, or we see its flag. */
-        __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST) || !cc) {
+        /* Either the abort sees us busy and waits before freeing, or we see
+         * its flag (plait_op_enter). */
+        if (plait_op_enter(comm) || !cc) {
             status = plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", batch[0]->name,
                                  comm->rank);
         } else if (overflow) {
@@ -1485,11 +1490,10 @@ plait_result_t plait_cuda_launch(struct plait_op *ops)
             if (status) {
                 /* A launch that failed half-way leaves the device FIFOs in an
                  * unknown state: the communicator refuses further work. */
-                plait_comm_set_async_error(comm, status, plait_last_error_get());
-                __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
+                plait_comm_mark_failed(comm, status);
             }
         }
-        __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_leave(comm);
         plait_op_free_list(mine);
     }
     plait_op_free_list(ops);
