@@ -3,7 +3,7 @@
  * executor pass (across communicators); those on a stream go to its worker;
  * those of a non-blocking communicator go to the communicator's internal stream
  * and the call reports PLAIT_IN_PROGRESS. Operations on device buffers launch
- * on their CUDA streams (core/cuda/coll.c) and return before completion. */
+ * on their CUDA streams (core/cuda/launch.c) and return before completion. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 
@@ -48,7 +48,7 @@ static struct plait_op *take_stream(struct plait_op **list, plait_stream_t s)
     return out;
 }
 
-/* Takes the device ops (core/cuda/coll.c) out of *list, in order. */
+/* Takes the device ops (core/cuda/launch.c) out of *list, in order. */
 static struct plait_op *take_device(struct plait_op **list)
 {
     struct plait_op *out = NULL, **out_tail = &out, **pp = list;
