@@ -33,6 +33,7 @@
 #ifndef PLAIT_CORE_PROGRESS_H
 #define PLAIT_CORE_PROGRESS_H
 
+#include <sched.h>
 #include <stdint.h>
 
 #include "base/util.h"
