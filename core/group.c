@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/comm.h"
+#include "core/progress.h"
 #include "core/cuda/cuda.h"
 #include "base/log.h"
 
@@ -81,8 +82,8 @@ static plait_result_t launch(struct plait_op *ops)
         if (op->stream || op->comm->blocking)
             continue;
         /* The internal stream is freed by an abort once busy and inflight are
-         * zero: hold busy (paired with the abort flag, as in the executor)
-         * until the submit below has raised inflight. */
+         * zero: hold busy (plait_op_enter) until the submit below has raised
+         * inflight. */
         struct plait_comm *c = op->comm;
         int seen = 0;
         for (int i = 0; i < npinned; i++)
@@ -92,9 +93,8 @@ static plait_result_t launch(struct plait_op *ops)
                 status = plait_error(PLAIT_ERR_INVALID_USAGE, "a group may span at most 64 communicators");
                 break;
             }
-            __atomic_add_fetch(&c->busy, 1, __ATOMIC_SEQ_CST);
             pinned[npinned++] = c;
-            if (__atomic_load_n(&c->abort_flag, __ATOMIC_SEQ_CST)) {
+            if (plait_op_enter(c)) {
                 status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator was aborted", c->rank);
                 break;
             }
@@ -104,7 +104,7 @@ static plait_result_t launch(struct plait_op *ops)
     }
     if (status) {
         for (int i = 0; i < npinned; i++)
-            __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+            plait_op_leave(pinned[i]);
         plait_op_free_list(ops);
         plait_op_free_list(dev_ops);
         return status;
@@ -120,7 +120,7 @@ static plait_result_t launch(struct plait_op *ops)
             status = r;
     }
     for (int i = 0; i < npinned; i++)
-        __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_leave(pinned[i]);
     /* Device ops launch before the calling thread runs its host batch: a
      * launch returns at once, and host and device ops use separate FIFOs,
      * so neither waits for the other. */
