@@ -66,19 +66,6 @@ static inline void plait_cpu_relax(void)
 #endif
 }
 
-/* The waiting policy of a poll loop that found nothing to do for `idle` ns:
- * poll (spin_ns: 0 when ranks outnumber cores), then yield the core, and after
- * 100 ms of waiting (a late peer) stop burning it. */
-static inline void plait_idle_pause(uint64_t idle, int spin_ns)
-{
-    if (idle < (uint64_t)spin_ns)
-        plait_cpu_relax();
-    else if (idle < 100000000ull)
-        sched_yield();
-    else
-        usleep(200);
-}
-
 /* Reads the abort flag a waiter polls (set from any thread by plait_comm_abort). */
 static inline int plait_aborted(const int *abort_flag)
 {

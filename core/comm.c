@@ -344,7 +344,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
         if (config->max_ctas != PLAIT_CONFIG_UNDEF_INT && config->max_ctas > 0)
             comm->config_max_channels = config->max_ctas;
         else if (config->max_ctas == 0)
-            comm->config_max_channels = -1; /* no CTA of their own for device collectives (core/cuda/coll.c) */
+            comm->config_max_channels = -1; /* no CTA of their own for device collectives (core/cuda/launch.c) */
         if (config->min_ctas != PLAIT_CONFIG_UNDEF_INT && config->min_ctas > 0)
             comm->config_min_channels = config->min_ctas;
         if (config->name)

@@ -101,7 +101,7 @@ struct plait_comm {
     uint64_t fast_seq;      /* collectives issued on the small-message path (fastpath.c) */
     struct plait_fast *fast;/* the small-message boxes, NULL when this communicator has none */
     struct plait_tuner *tuner; /* per-call choices (tuner.c), NULL before init */
-    struct plait_cuda_comm *cuda; /* device state (core/cuda/coll.c), NULL: host buffers only */
+    struct plait_cuda_comm *cuda; /* device state (core/cuda/dev_comm.h), NULL: host buffers only */
     struct plait_cuda_proxy *cuda_proxy; /* proxy thread and its FIFOs (core/cuda/proxy.c), NULL: none */
     struct plait_cuda_ce *cuda_ce; /* memory windows, copy-engine flags (core/cuda/ce.c), NULL: none */
     int in_error;           /* a collective failed: further ones are refused */
@@ -173,7 +173,7 @@ struct plait_op {
     struct plait_task *tasks;
     plait_stream_t stream;   /* where it runs (NULL: the calling thread) */
     int grouped;             /* issued inside a group (plait_group_start/end) */
-    int on_device;           /* runs on the CUDA backend (device buffers): core/cuda/coll.c */
+    int on_device;           /* runs on the CUDA backend (device buffers): core/cuda/launch.c */
     void *cu_stream;         /* the CUDA stream of a device op (NULL: CUDA's default stream) */
     int dev_proto;           /* device op: enum plait_wire the kernel runs it with (enqueue.c) */
     struct plait_op *next;   /* in a group's list */

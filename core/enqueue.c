@@ -269,7 +269,7 @@ static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *nam
     return plait_enqueue(op, stream);
 }
 
-/* Which backend runs a call (core/cuda/coll.c), from the buffers this rank
+/* Which backend runs a call (core/cuda/launch.c), from the buffers this rank
  * uses: device or managed memory -> the CUDA backend (*on_device = 1, on
  * *cu_stream: the wrapped CUDA stream, NULL = CUDA's default stream; *stream
  * becomes NULL); host or registered memory -> the CPU backend. Host buffers
@@ -372,7 +372,7 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
     int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
     /* The CTA cap (part of the comm's nchannels already when positive): 0
      * leaves device collectives one CTA (copy engines take allgather and
-     * broadcast where they can, core/cuda/coll.c). */
+     * broadcast where they can, core/cuda/launch.c). */
     if (on_device && plait_cuda_cta_cap(comm) >= 0 && nch > plait_cuda_cta_cap(comm))
         nch = plait_cuda_cta_cap(comm) > 0 ? plait_cuda_cta_cap(comm) : 1;
     struct plait_op *op = op_new(comm, coll, name, nch);

@@ -19,6 +19,7 @@
 
 #include "core/comm.h"
 #include "core/fastpath.h"
+#include "core/progress.h"
 #include "algorithms/stepper.h"
 #include "core/cuda/cuda.h"
 #include "base/log.h"
@@ -823,11 +824,10 @@ static plait_result_t order_lanes(struct plait_op *ops, struct plait_task **all,
     return PLAIT_SUCCESS;
 }
 
-/* Waits (yielding, with the run's deadline and the abort and liveness checks)
- * until the CUDA proxy has finished with comm's socket connections. */
-static plait_result_t wait_proxy_idle(struct plait_comm *comm, double deadline, int spin_ns, double timeout)
+/* Waits (with the run's waiter: its deadline and the abort and liveness
+ * checks) until the CUDA proxy has finished with comm's socket connections. */
+static plait_result_t wait_proxy_idle(struct plait_comm *comm, struct plait_waiter *w, double timeout)
 {
-    uint64_t since = 0, last_check = 0;
     if (plait_cuda_proxy_captured(comm))
         return plait_error(PLAIT_ERR_INVALID_USAGE,
                            "rank %d: host buffers on a communicator whose device operations reach socket peers and were "
@@ -835,22 +835,18 @@ static plait_result_t wait_proxy_idle(struct plait_comm *comm, double deadline, 
                            "communicator's life): use another communicator for host buffers",
                            comm->rank);
     while (plait_cuda_proxy_busy(comm)) {
-        const uint64_t now = plait_now_ns();
-        if (!since)
-            since = last_check = now;
-        plait_idle_pause(now - since, spin_ns);
-        if (now - last_check < 1000000ull)
+        if (!plait_wait_idle(w))
             continue;
-        last_check = now;
         plait_result_t r = plait_comm_check_waiting(comm);
         if (r)
             return r;
-        if (plait_deadline_passed(deadline))
+        if (plait_wait_expired(w))
             return plait_error(PLAIT_ERR_TIMEOUT,
                                "rank %d: a host operation waited more than PLAIT_COLL_TIMEOUT=%g s for the "
                                "communicator's device operations to release its socket connections",
                                comm->rank, timeout);
     }
+    plait_wait_moved(w);
     return PLAIT_SUCCESS;
 }
 
@@ -875,13 +871,13 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         if (s < spin_ns)
             spin_ns = s;
     }
-    const double deadline = plait_deadline(timeout);
-    /* Paired with plait_comm_abort: busy is raised before the abort flag is read
-     * (both sequentially consistent), so an abort either waits for us or is
-     * seen by the check below before any of the communicator's resources are
-     * touched. */
+    struct plait_waiter w;
+    plait_waiter_init(&w, spin_ns, timeout);
+    /* An abort either waits for us or is seen by the check below before any
+     * of the communicator's resources are touched (plait_op_enter). */
+    int is_aborted[sizeof(rc.list) / sizeof(rc.list[0])];
     for (int i = 0; i < rc.n; i++)
-        __atomic_add_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
+        is_aborted[i] = plait_op_enter(rc.list[i]);
 
     plait_result_t status = PLAIT_SUCCESS;
     int is_counted = 0; /* the ops are counted as issued in the published counters */
@@ -893,7 +889,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
     int nall = 0; /* entries of all[] filled (error paths read only those) */
     /* Work queued on a stream may reach a communicator that failed meanwhile. */
     for (int i = 0; i < rc.n; i++)
-        if (__atomic_load_n(&rc.list[i]->abort_flag, __ATOMIC_SEQ_CST)) {
+        if (is_aborted[i]) {
             status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator was aborted", rc.list[i]->rank);
             goto refused;
         } else if (__atomic_load_n(&rc.list[i]->in_error, __ATOMIC_ACQUIRE)) {
@@ -909,14 +905,12 @@ plait_result_t plait_exec_run(struct plait_op *ops)
      * here (the acquire in plait_cuda_proxy_busy pairs with the proxy's last
      * release, so the connections' counters are ours again afterwards). */
     for (int i = 0; i < rc.n; i++)
-        if ((status = wait_proxy_idle(rc.list[i], deadline, spin_ns, timeout))) {
+        if ((status = wait_proxy_idle(rc.list[i], &w, timeout))) {
             failed_comm = rc.list[i];
             goto out;
         }
-    /* Published for same-host peers: issued > completed while we run, so a
-     * crash now is told apart from a clean exit (see plait_comm_check_peers). */
     for (struct plait_op *op = ops; op; op = op->next)
-        __atomic_add_fetch(&op->comm->my_ops[0], 1, __ATOMIC_RELEASE);
+        plait_op_issued(op->comm);
     is_counted = 1;
     all = ntasks <= SMALL_RUN_TASKS ? all_small : malloc(sizeof(*all) * (size_t)ntasks);
     if (!all) {
@@ -932,8 +926,6 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         goto out;
     nall = ntasks;
 
-    uint64_t idle_since = 0;
-    uint64_t last_check = plait_now_ns();
     for (;;) {
         int remaining = 0, progressed = 0;
         for (int i = 0; i < ntasks; i++) {
@@ -973,15 +965,10 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         if (remaining == 0 && flushed)
             break;
         if (progressed) {
-            idle_since = 0;
+            plait_wait_moved(&w);
             continue;
         }
-        uint64_t now = plait_now_ns();
-        if (!idle_since)
-            idle_since = now;
-        plait_idle_pause(now - idle_since, spin_ns);
-        if (now - last_check > 1000000ull) {
-            last_check = now;
+        if (plait_wait_idle(&w)) {
             for (int i = 0; i < rc.n; i++)
                 if ((status = plait_comm_check_waiting(rc.list[i])) != PLAIT_SUCCESS) {
                     failed_comm = rc.list[i];
@@ -995,7 +982,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                     failed_comm = all[i]->op->comm;
                     goto out;
                 }
-            if (plait_deadline_passed(deadline)) {
+            if (plait_wait_expired(&w)) {
                 struct plait_op *op = NULL;
                 for (int i = 0; i < ntasks; i++)
                     if (!all[i]->done) {
@@ -1033,24 +1020,16 @@ out:
         free(all);
     for (struct plait_op *op = ops; op; op = op->next)
         plait_op_release_scratch(op);
-    /* Completed means returned, with or without an error: a rank that exits
-     * after its operation failed (a timeout, say) is no crash, and the peers
-     * that still need it find it gone by the waits that need it. */
     if (is_counted)
         for (struct plait_op *op = ops; op; op = op->next)
-            __atomic_add_fetch(&op->comm->my_ops[1], 1, __ATOMIC_RELEASE);
-    if (status) {
-        /* The connections' state is unknown after a failure: the communicators
-         * involved refuse further work (as NCCL's do after an error). */
-        for (int i = 0; i < rc.n; i++) {
-            plait_comm_set_async_error(rc.list[i], status, plait_last_error_get());
-            __atomic_store_n(&rc.list[i]->in_error, 1, __ATOMIC_RELEASE);
-        }
-    }
+            plait_op_completed(op->comm);
+    if (status)
+        for (int i = 0; i < rc.n; i++)
+            plait_comm_mark_failed(rc.list[i], status);
 refused:
     /* Refused up front: nothing moved, so the other communicators of the run
      * are still healthy. */
     for (int i = 0; i < rc.n; i++)
-        __atomic_sub_fetch(&rc.list[i]->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_leave(rc.list[i]);
     return status;
 }

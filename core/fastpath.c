@@ -44,6 +44,7 @@
 
 #include "algorithms/algorithms.h"
 #include "core/comm.h"
+#include "core/progress.h"
 #include "topology/topo.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -406,7 +407,7 @@ void plait_fast_waits(const struct plait_task *t, struct plait_waits *w)
 }
 
 /* The checks a waiting rank makes every millisecond (as the executor does). */
-static plait_result_t idle_checks(const struct plait_task *t, double deadline)
+static plait_result_t idle_checks(const struct plait_task *t, const struct plait_waiter *w)
 {
     const struct plait_op *op = t->op;
     struct plait_comm *c = op->comm;
@@ -414,10 +415,10 @@ static plait_result_t idle_checks(const struct plait_task *t, double deadline)
     if (res)
         return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
                                    c->rank);
-    if (plait_deadline_passed(deadline)) {
-        struct plait_waits w = {0};
-        plait_fast_waits(t, &w);
-        return plait_timeout_error(op, c->set.coll_timeout_s, &w);
+    if (plait_wait_expired(w)) {
+        struct plait_waits ws = {0};
+        plait_fast_waits(t, &ws);
+        return plait_timeout_error(op, c->set.coll_timeout_s, &ws);
     }
     return PLAIT_SUCCESS;
 }
@@ -426,27 +427,24 @@ plait_result_t plait_fast_run(struct plait_op *op)
 {
     struct plait_comm *comm = op->comm;
     plait_result_t status = PLAIT_SUCCESS;
-    /* Paired with plait_comm_abort, as in plait_exec_run: busy is raised before
-     * the abort flag is read, so an abort either waits for us or is seen here
-     * before the segments are touched. */
-    __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
+    /* An abort either waits for us or is seen here before the segments are
+     * touched (plait_op_enter). */
+    if (plait_op_enter(comm)) {
         status = plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", op->name,
                              comm->rank);
-        __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_leave(comm);
         return status;
     }
-    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_ISSUED], 1, __ATOMIC_RELEASE);
+    plait_op_issued(comm);
     struct plait_task t;
     t.op = op;
     t.has_step = 0;
     t.fast_next = 0;
     t.fast_polls = 0;
-    /* The clock is read only once the rank has to wait, and then once every
-     * 64 polls: a call that finds its peers' data spends no time on it. */
-    uint64_t idle_since = 0, last_check = 0;
-    double deadline = 0;
-    unsigned polls = 0;
+    /* The waiter reads the clock only once the rank has to wait: a call that
+     * finds its peers' data spends no time on it. */
+    struct plait_waiter w;
+    plait_waiter_init(&w, comm->spin_ns, comm->set.coll_timeout_s);
     for (;;) {
         int r = plait_fast_advance(&t, &status);
         if (r == FAST_DONE)
@@ -454,39 +452,21 @@ plait_result_t plait_fast_run(struct plait_op *op)
         if (r == FAST_ERROR)
             goto failed;
         if (r == FAST_PROGRESSED) {
-            idle_since = 0;
+            plait_wait_moved(&w);
             continue;
         }
-        if (idle_since && (++polls & 63) != 0 && comm->spin_ns > 0) {
-            plait_cpu_relax();
-            continue;
-        }
-        uint64_t now = plait_now_ns();
-        if (!idle_since) {
-            idle_since = now;
-            if (!last_check) {
-                last_check = now;
-                deadline = plait_deadline(comm->set.coll_timeout_s);
-            }
-        }
-        plait_idle_pause(now - idle_since, comm->spin_ns);
-        if (now - last_check > 1000000ull) {
-            last_check = now;
-            if ((status = idle_checks(&t, deadline)) != PLAIT_SUCCESS)
-                goto failed;
-        }
+        if (plait_wait_idle(&w) && (status = idle_checks(&t, &w)) != PLAIT_SUCCESS)
+            goto failed;
     }
-    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_COMPLETED], 1, __ATOMIC_RELEASE);
-    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    plait_op_completed(comm);
+    plait_op_leave(comm);
     return PLAIT_SUCCESS;
 
 failed:
     /* The boxes' state is unknown after a failure: the communicator refuses
      * further work, as after a failure on the FIFO path. */
-    plait_comm_set_async_error(comm, status, plait_last_error_get());
-    __atomic_store_n(&comm->in_error, 1, __ATOMIC_RELEASE);
-    /* Returned, though with an error: see plait_exec_run. */
-    __atomic_add_fetch(&comm->my_ops[PLAIT_OPS_COMPLETED], 1, __ATOMIC_RELEASE);
-    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    plait_comm_mark_failed(comm, status);
+    plait_op_completed(comm);
+    plait_op_leave(comm);
     return status;
 }

@@ -3,11 +3,12 @@
  * executor pass (across communicators); those on a stream go to its worker;
  * those of a non-blocking communicator go to the communicator's internal stream
  * and the call reports PLAIT_IN_PROGRESS. Operations on device buffers launch
- * on their CUDA streams (core/cuda/coll.c) and return before completion. */
+ * on their CUDA streams (core/cuda/launch.c) and return before completion. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 
 #include "core/comm.h"
+#include "core/progress.h"
 #include "core/cuda/cuda.h"
 #include "base/log.h"
 
@@ -48,7 +49,7 @@ static struct plait_op *take_stream(struct plait_op **list, plait_stream_t s)
     return out;
 }
 
-/* Takes the device ops (core/cuda/coll.c) out of *list, in order. */
+/* Takes the device ops (core/cuda/launch.c) out of *list, in order. */
 static struct plait_op *take_device(struct plait_op **list)
 {
     struct plait_op *out = NULL, **out_tail = &out, **pp = list;
@@ -86,8 +87,8 @@ static plait_result_t dispatch_ops(struct plait_op *ops)
         if (op->stream || op->comm->blocking)
             continue;
         /* The internal stream is freed by an abort once busy and inflight are
-         * zero: hold busy (paired with the abort flag, as in the executor)
-         * until the submit below has raised inflight. */
+         * zero: hold busy (plait_op_enter) until the submit below has raised
+         * inflight. */
         struct plait_comm *c = op->comm;
         int seen = 0;
         for (int i = 0; i < npinned; i++)
@@ -97,9 +98,8 @@ static plait_result_t dispatch_ops(struct plait_op *ops)
                 status = plait_error(PLAIT_ERR_INVALID_USAGE, "a group may span at most 64 communicators");
                 break;
             }
-            __atomic_add_fetch(&c->busy, 1, __ATOMIC_SEQ_CST);
             pinned[npinned++] = c;
-            if (__atomic_load_n(&c->abort_flag, __ATOMIC_SEQ_CST)) {
+            if (plait_op_enter(c)) {
                 status = plait_error(PLAIT_ERR_INVALID_USAGE, "rank %d: the communicator was aborted", c->rank);
                 break;
             }
@@ -109,7 +109,7 @@ static plait_result_t dispatch_ops(struct plait_op *ops)
     }
     if (status) {
         for (int i = 0; i < npinned; i++)
-            __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+            plait_op_leave(pinned[i]);
         plait_op_free_list(ops);
         plait_op_free_list(dev_ops);
         return status;
@@ -125,7 +125,7 @@ static plait_result_t dispatch_ops(struct plait_op *ops)
             status = r;
     }
     for (int i = 0; i < npinned; i++)
-        __atomic_sub_fetch(&pinned[i]->busy, 1, __ATOMIC_SEQ_CST);
+        plait_op_leave(pinned[i]);
     /* Device ops launch before the calling thread runs its host batch: a
      * launch returns at once, and host and device ops use separate FIFOs,
      * so neither waits for the other. */

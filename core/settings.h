@@ -33,7 +33,7 @@ struct plait_settings {
     int spin_us;            /* busy-poll before yielding, -1 = automatic */
     int tree_radix;         /* (agreed) k of k-nomial trees */
     /* PLAIT_MAX_CTAS / PLAIT_MIN_CTAS bound the channels of both backends:
-     * host channels, and CTAs of a device launch (core/cuda/coll.c). */
+     * host channels, and CTAs of a device launch (core/cuda/launch.c). */
     int max_channels;       /* PLAIT_MAX_CTAS, 0 = unset */
     int is_max_channels_set; /* PLAIT_MAX_CTAS (or NCCL_MAX_CTAS) is set, possibly to 0 */
     int min_channels;       /* PLAIT_MIN_CTAS, 0 = unset */

@@ -7,7 +7,7 @@
  * and waits compare against the record count at the time of the wait.
  *
  * A CUDA-backed stream (plait_stream_from_cuda) has no worker: it names a CUDA
- * stream, on which device operations are launched (core/cuda/coll.c). An event
+ * stream, on which device operations are launched (core/cuda/launch.c). An event
  * recorded on one is a CUevent record; waits across kinds bridge the two (a
  * host stream waiting for a CUDA record synchronises the CUevent on its
  * worker; a CUDA stream waiting for a host record blocks in a host function,

@@ -6,11 +6,20 @@
 #      0, 1, odd and ~1M, element-exact against the CPU backend (algorithm,
 #      protocol, channels and chunk forced equal), with 1, 2 and 4 ranks as
 #      threads sharing the GPU, then 2 ranks as processes;
-#   2. all_reduce_perf, all_gather_perf, reduce_scatter_perf on device buffers
+#   2. the CUDA host code's moved parts (core/cuda/conn.c, plan_cache.c,
+#      launch.c) and its waits (core/progress.h; proxy.c): the device check
+#      again, 2 processes over sockets (PLAIT_TRANSPORT=socket: device FIFOs
+#      moved by the proxy thread, which polls with the shared waiter), quick;
+#      gpu_dead_peer: rank 1 killed while rank 0's kernel waits for it, over
+#      CUDA IPC (the proxy's watch of its peers) and over sockets (the
+#      proxy's connections): rank 0's error within 5 s, its teardown within
+#      5 s; all_reduce_perf with groups of 8 operations per launch (-m 8,
+#      checked): multi-op plans from the plan cache and split launches;
+#   3. all_reduce_perf, all_gather_perf, reduce_scatter_perf on device buffers
 #      (-D 1), ranks as threads of one process (processes sharing a GPU are
 #      time-sliced): 1 and 2 ranks up to 1 GiB, 4 ranks up to 256 MiB, timing
 #      only (-c 0); then each checked (-c 1) on 2 ranks up to 64 MiB;
-#   3. gpu_reduce_bw: the local reduction kernel's GB/s and fraction of the
+#   4. gpu_reduce_bw: the local reduction kernel's GB/s and fraction of the
 #      GPU's memory bandwidth (fp32, bf16, fp16 over 1 GiB).
 # Prints a summary; exit status 0 when every step passed, 1 when one failed,
 # 77 when there is no GPU (every step skipped: nothing was verified).
@@ -40,7 +49,7 @@ while [ $# -gt 0 ]; do
         --bin) BIN=$2; shift 2 ;;
         --dry-run) DRY=1; shift ;;
         --quick) QUICK=1; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -69,7 +78,7 @@ fi
 
 # The whole script's budget: steps that would start after it are reported as
 # not run (a failure), so that a slow GPU never eats the rerun's time.
-BUDGET_S=${GPU_CHECK_BUDGET_S:-225}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-240}
 START=$(date +%s)
 FAILED=0
 SKIPPED=0
@@ -110,7 +119,7 @@ step() {
     esac
     # The line that says most about the step.
     local figure
-    figure=$(grep -E '^[0-9]+ passed, [0-9]+ failed|Avg bus bandwidth|gpu_reduce_bw: (PASS|FAIL|SKIP)' "$log" | tail -1)
+    figure=$(grep -E '^[0-9]+ passed, [0-9]+ failed|Avg bus bandwidth|gpu_reduce_bw: (PASS|FAIL|SKIP)|gpu_dead_peer: (PASS|FAIL|SKIP)' "$log" | tail -1)
     say "$(printf '%-34s %-5s %5ss  %s %s' "$name" "$status" "$dt" "$figure" "${note:+($note)}")"
     if [ "$status" = FAIL ]; then
         grep -E '^FAIL|failed|error|Error' "$log" | head -5 | sed 's/^/    /' | tee -a "$SUMMARY"
@@ -123,7 +132,8 @@ AR=$(find_bin all_reduce_perf)
 AG=$(find_bin all_gather_perf)
 RS=$(find_bin reduce_scatter_perf)
 RBW=$(find_bin gpu_reduce_bw)
-for b in "$CHECK" "$AR" "$AG" "$RS" "$RBW"; do
+DP=$(find_bin gpu_dead_peer)
+for b in "$CHECK" "$AR" "$AG" "$RS" "$RBW" "$DP"; do
     if [ ! -x "$b" ] && [ "$DRY" = 0 ]; then
         echo "gpu_check.sh: $b is missing: run perf/gpu_pack.sh here first (or pass --bin BUILD_DIR)" >&2
         exit 2
@@ -160,6 +170,16 @@ step device_check_threads_1 60 "$CHECK" --threads 1 $Q $ALLOW_DOUBLE --failures-
 step device_check_threads_2 70 "$CHECK" --threads 2 $Q $ALLOW_DOUBLE --failures-only --timeout 65
 step device_check_threads_4 80 "$CHECK" --threads 4 $Q $ALLOW_DOUBLE --failures-only --timeout 75
 step device_check_procs_2 50 "$CHECK" --procs 2 $Q $ALLOW_DOUBLE --failures-only --timeout 45
+
+# The moved host code and the waits, each bounded: the proxy's connections,
+# a peer killed mid-kernel, group launches (several ops per plan).
+step device_check_socket_procs_2 45 env PLAIT_TRANSPORT=socket "$CHECK" --procs 2 --quick $ALLOW_DOUBLE \
+    --failures-only --timeout 40
+step dead_peer_ipc 30 "$DP" $ALLOW_DOUBLE
+step dead_peer_socket 30 "$DP" --socket $ALLOW_DOUBLE
+EG=64M
+[ -n "$ALLOW_DOUBLE" ] && EG=1M
+step all_reduce_perf_grouped_2 40 "$AR" --threads 2 -D 1 -b 16 -e $EG -f 16 -w 1 -n 2 -m 8 -c 1 -T 30
 
 # Timings on device buffers (-D 1), ranks as threads; nccl-tests' table in each log.
 P="-D 1 -f 4 -w 1 -n 5 -c 0 -T 60"

@@ -26,7 +26,8 @@ else
     meson setup "$BUILD" "$ROOT" -Dgpu_archs="$ARCHS" -Dwith_cuda=enabled --buildtype=release > "$BUILD.setup.log" 2>&1 ||
         { cat "$BUILD.setup.log"; exit 1; }
 fi
-TARGETS="tests/cuda_device_check perf/all_reduce_perf perf/all_gather_perf perf/reduce_scatter_perf perf/gpu_reduce_bw"
+TARGETS="tests/cuda_device_check perf/all_reduce_perf perf/all_gather_perf perf/reduce_scatter_perf perf/gpu_reduce_bw
+    perf/gpu_dead_peer"
 # shellcheck disable=SC2086
 ninja -C "$BUILD" $TARGETS
 

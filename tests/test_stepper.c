@@ -6,7 +6,7 @@
  * piece does, LL flags and payloads.
  *
  * The second part runs the code the GPU runs: launches built here by hand
- * the way core/cuda/coll.c builds them (a plan of tasks and steps from
+ * the way core/cuda/plan_cache.c builds them (a plan of tasks and steps from
  * algorithms/, the kernel parameters, device connections wired rank to rank
  * in heap memory), every CTA of every "rank" on its own thread through
  * plait_kernel_emulate. Results are compared element for element with a
@@ -285,7 +285,7 @@ static void wire_dir(struct launch *L, struct dir *d)
 }
 
 /* The plan of one rank: one lane per channel, one task each, the channel's
- * steps from the generator; laid out as coll.c lays it out. */
+ * steps from the generator; laid out as plan_cache.c lays it out. */
 static void *build_plan(struct launch *L, int rank, uint32_t nops)
 {
     struct plait_sched_args a;

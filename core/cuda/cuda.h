@@ -3,7 +3,12 @@
  *
  * Who implements what:
  *   cu.c          the driver loaded with dlopen, memory kinds (cu.h)
- *   coll.c        device state of a communicator, plans, launches on streams
+ *   conn.c        device state of a communicator: device connections (FIFOs),
+ *                 status and abort words; setup and teardown
+ *   plan_cache.c  launch plans, one per launch shape, and their memory
+ *   launch.c      routing (memory kinds), launches on streams, kernel errors
+ *                 (the three share struct plait_cuda_comm: dev_comm.h)
+ *   ce.c          the copy-engine collectives
  *   proxy.c       the proxy thread: device FIFOs <-> socket connections
  *   kernel_host.c the kernel's host emulation (for the CUDA test double)
  *   kernel.cu     the kernel (nvcc), kernel_body.h the body it shares with
@@ -20,7 +25,7 @@ struct plait_op;
 struct plait_conn;
 struct plait_dev_conn;
 
-/* ---------------------------------------------------------------- coll.c */
+/* ------------------------------------------- conn.c, launch.c (dev_comm.h) */
 
 /* At init, after the transports (collective: every rank calls it, and it uses
  * the bootstrap). A communicator gets device state when the CUDA driver is
@@ -115,7 +120,7 @@ void plait_cuda_proxy_kick(struct plait_comm *comm, uint64_t launch_seq);
 /* The kernel's host-mapped words the proxy watches (host addresses): status
  * (kargs.status: [0] = completed launches) and the abort word
  * (kargs.abort_flag), which the proxy raises when a proxied peer fails so that
- * every kernel wait ends. coll.c calls it before plait_cuda_proxy_start
+ * every kernel wait ends. conn.c calls it before plait_cuda_proxy_start
  * (start fails without it when there are proxied connections). watch_peers:
  * some peer is in another process; the thread then runs (even with no
  * proxied connection) and fails a launch whose peer is gone, naming it. */
@@ -177,7 +182,7 @@ void plait_cuda_ce_sc_table(const struct plait_comm *comm, const struct plait_de
                             uint32_t *mask_out);
 
 /* Frees the windows the user left registered and the copy-engine flags (after
- * the communicator's device work is done, or after an abort). coll.c's
+ * the communicator's device work is done, or after an abort). conn.c's
  * plait_cuda_comm_free calls it (idempotent; no-op without windows). */
 void plait_cuda_ce_free(struct plait_comm *comm);
 

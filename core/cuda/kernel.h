@@ -1,6 +1,7 @@
 /* What the host gives the CUDA kernel: the layout shared by core/cuda/kernel.cu
  * (nvcc), the kernel's host emulation (core/cuda/kernel_host.c, used by the
- * CUDA test double) and the host side that builds it (core/cuda/coll.c).
+ * CUDA test double) and the host side that builds it (core/cuda/conn.c,
+ * plan_cache.c, launch.c).
  * Common subset of C and CUDA C++, like algorithms/stepper.h.
  *
  * One launch runs every device operation of one communicator that a group (or
@@ -32,7 +33,7 @@
  * of its __launch_bounds__: ptxas then keeps registers at or under
  * 64K / (THREADS * this)). A launch's CTAs wait on each other and on the CTAs
  * of the other ranks sharing the GPU, so all of them must be resident
- * together: coll.c caps the CTAs of a rank at SMs x this / ranks on the GPU. */
+ * together: conn.c caps the CTAs of a rank at SMs x this / ranks on the GPU. */
 #define PLAIT_KERNEL_CTAS_PER_SM 1
 #define PLAIT_KMAX_OPS 48             /* operations in one launch (more: several launches) */
 #define PLAIT_KMAX_LANES 512          /* CTAs of one launch */
@@ -113,7 +114,7 @@ struct plait_dev_op {
 #define PLAIT_DEV_SC_SEND 1u       /* the op may publish descriptors (off for a lone, ungrouped send) */
 #define PLAIT_DEV_SC_PLAIN_PRE 2u  /* PLAIT_STEP_PRE leaves the bytes unchanged for this op */
 #define PLAIT_DEV_SC_PLAIN_POST 4u /* PLAIT_STEP_POST leaves the bytes unchanged for this op */
-#define PLAIT_DEV_SLOT_DESC 0x80000000u /* == transports/transport.h's PLAIT_SLOT_DESC (coll.c checks) */
+#define PLAIT_DEV_SLOT_DESC 0x80000000u /* == transports/transport.h's PLAIT_SLOT_DESC (dev_comm.h checks) */
 #define PLAIT_KMAX_WINDOWS 32      /* windows with a single-copy table entry (later ones: no single copy) */
 
 /* What a descriptor slot holds. Windows are registered collectively, so a

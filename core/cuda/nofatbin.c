@@ -1,5 +1,5 @@
 /* The build had no nvcc: no kernels. Device collectives fail with a clear
- * error (core/cuda/coll.c); host collectives are unaffected. */
+ * error (core/cuda/conn.c); host collectives are unaffected. */
 #include <stddef.h>
 #include "core/cuda/cu.h"
 

@@ -38,7 +38,8 @@
  * a kernel cannot see a process die, and without a watcher a launch whose
  * peer is gone (dead before the call, or killed during it) would wait out
  * PLAIT_COLL_TIMEOUT. While a launch is in flight it checks the peers every
- * PROXY_PEER_CHECK_NS (plait_comm_check_peers, as a CPU wait does): a death
+ * PLAIT_WAIT_CHECK_NS of waiting (plait_comm_check_waiting, as a CPU wait
+ * does, with the same struct plait_waiter: core/progress.h): a death
  * published by another rank, or a peer process gone (its pidfd) while no
  * launch completes for PROXY_EXITED_GRACE_S (not for captured graphs: no
  * launch is known to be in flight), fails the launch.
@@ -50,15 +51,14 @@
  * communicator's asynchronous error naming the rank that failed first
  * (plait_comm_peer_gone's words). The proxy then moves nothing more. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/comm.h"
+#include "core/progress.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/cuda/cu.h"
@@ -71,7 +71,6 @@
 #define PROXY_IDLE_WAIT_NS 100000000 /* an idle proxy re-checks stop/abort this often */
 #define PROXY_GONE_GRACE_S 0.5      /* a gone peer and nothing moving for this long: the launch is stuck */
 #define PROXY_EXITED_GRACE_S 0.5    /* a peer process gone and no launch completing for this long: stuck */
-#define PROXY_PEER_CHECK_NS 1000000 /* peers are checked this often while a launch is in flight */
 #define PROXY_WATCH_NAP_NS 1000000  /* a proxy with no connection to move polls this often */
 
 /* One proxied connection: the pinned block holds, in order, the four counter
@@ -267,10 +266,9 @@ static void proxy_fail(struct plait_cuda_proxy *px, plait_result_t res, const ch
         __atomic_store_n(px->abort_word, 1u, __ATOMIC_RELEASE);
     if (!px->failed) {
         PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "%s", msg);
-        plait_comm_set_async_error(px->comm, res, msg);
         /* Later calls fail naming it (copy-engine collectives have no kernel
          * status word for plait_cuda_poll_error to find). */
-        __atomic_store_n(&px->comm->in_error, 1, __ATOMIC_RELEASE);
+        plait_comm_mark_failed_msg(px->comm, res, msg);
     }
     px->failed = 1;
 }
@@ -355,13 +353,6 @@ static int pair_drained(const struct proxy_pair *pp)
            (!pp->hc->tp->is_flushed || pp->hc->tp->is_flushed(pp->hc));
 }
 
-static void nap(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* Sleeps until a kick raises target past `finished`, or stop, or a timeout
  * (so that an abort is noticed even without a kick). The Dekker pair with
  * plait_cuda_proxy_kick: we store sleeping then load target, the kicker stores
@@ -399,20 +390,17 @@ static void proxy_fail_gone(struct plait_cuda_proxy *px, int peer, const char *w
     proxy_fail(px, PLAIT_ERR_REMOTE, msg);
 }
 
-/* The peer checks of a launch in flight (at most every PROXY_PEER_CHECK_NS):
+/* The peer checks of a launch in flight (when the proxy's waiter says they
+ * are due, every PLAIT_WAIT_CHECK_NS of waiting):
  * a death another rank published, or the abort flag, fails it at once, as in
  * a CPU wait (plait_comm_check_waiting); a peer process that is gone fails
  * it once no launch has completed for PROXY_EXITED_GRACE_S since it was seen
  * gone (what it left in our FIFOs may still let the launch finish). Returns
  * 1 when the launch was failed. */
 static int watch_peers(struct plait_cuda_proxy *px, uint64_t target, uint64_t done, double *exited_since,
-                       uint64_t *exited_done, uint64_t *checked_ns)
+                       uint64_t *exited_done)
 {
     struct plait_comm *comm = px->comm;
-    const uint64_t now = plait_now_ns();
-    if (*checked_ns && now - *checked_ns < PROXY_PEER_CHECK_NS)
-        return 0;
-    *checked_ns = now;
     if (plait_comm_check_waiting(comm)) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "device operation on rank %d: %s", comm->rank, plait_last_error_get());
@@ -444,8 +432,18 @@ static void *proxy_main(void *arg)
 {
     struct plait_cuda_proxy *px = arg;
     struct plait_comm *comm = px->comm;
-    const uint64_t spin_ns = comm->spin_ns > 0 ? (uint64_t)comm->spin_ns : 0;
-    uint64_t quiet_since = 0, nap_ns = 0, exited_done = 0, checked_ns = 0;
+    /* Polling while a launch is in flight: the communicator's spin, then
+     * PROXY_YIELD_NS of yielding, then sleeps growing from 1 us to
+     * PROXY_MAX_NAP_NS. A watcher with nothing to move does not spin: it
+     * sleeps PROXY_WATCH_NAP_NS between polls. No deadline: the kernel's own
+     * waits have it. */
+    struct plait_waiter w;
+    plait_waiter_init(&w, comm->spin_ns, 0);
+    if (px->npairs == 0)
+        plait_waiter_pace(&w, 0, 0, PROXY_WATCH_NAP_NS, PROXY_WATCH_NAP_NS);
+    else
+        plait_waiter_pace(&w, comm->spin_ns, PROXY_YIELD_NS, 1000, PROXY_MAX_NAP_NS);
+    uint64_t exited_done = 0;
     double gone_quiet_since = 0, exited_since = 0;
     while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
         const uint64_t target = __atomic_load_n(&px->target, __ATOMIC_SEQ_CST);
@@ -467,7 +465,7 @@ static void *proxy_main(void *arg)
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
             if (ce) {
                 release_ce(px);
-                nap(10 * PROXY_WATCH_NAP_NS);
+                plait_nap_ns(10 * PROXY_WATCH_NAP_NS);
             }
             continue;
         }
@@ -506,15 +504,14 @@ static void *proxy_main(void *arg)
             /* Release: our last uses of the host connections come before a
              * CPU executor's acquire in plait_cuda_proxy_busy. */
             __atomic_store_n(&px->finished, target, __ATOMIC_RELEASE);
-            quiet_since = 0;
+            plait_wait_moved(&w);
             gone_quiet_since = 0;
             exited_since = 0;
             continue;
         }
         if (moved) {
-            quiet_since = 0;
+            plait_wait_moved(&w);
             gone_quiet_since = 0;
-            nap_ns = 0;
             continue;
         }
         /* A peer that closed its connection while a launch still waits and
@@ -527,24 +524,8 @@ static void *proxy_main(void *arg)
                 continue;
             }
         }
-        if (px->watch_peers && watch_peers(px, target, progress, &exited_since, &exited_done, &checked_ns))
-            continue;
-        if (px->npairs == 0) {
-            /* Nothing to move: no spinning for a watcher. */
-            nap(PROXY_WATCH_NAP_NS);
-            continue;
-        }
-        const uint64_t now = plait_now_ns();
-        if (quiet_since == 0)
-            quiet_since = now;
-        if (now - quiet_since < spin_ns)
-            continue;
-        if (now - quiet_since < spin_ns + PROXY_YIELD_NS) {
-            sched_yield();
-            continue;
-        }
-        nap_ns = nap_ns ? (nap_ns * 2 > PROXY_MAX_NAP_NS ? PROXY_MAX_NAP_NS : nap_ns * 2) : 1000;
-        nap(nap_ns);
+        if (plait_wait_idle(&w) && px->watch_peers)
+            watch_peers(px, target, progress, &exited_since, &exited_done);
     }
     return NULL;
 }
