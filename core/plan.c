@@ -153,12 +153,12 @@ plait_result_t plait_plan_make(struct plait_comm *comm, const struct plait_call 
         choice.algo = (uint8_t)plait_algo_select(coll, (uint64_t)call->count * esize, comm->nranks, comm->nhosts,
                                                  comm->set.algo)->id;
         choice.nchannels = (uint8_t)comm->nchannels;
-        choice.chunk_bytes = 0;
+        choice.chunk_bytes = 0; /* the configured chunk */
     }
     if (small && plait_cuda_ll_ok(comm))
         plan.wire = PLAIT_WIRE_LL;
     plan.algo = choice.algo;
-    int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
+    int nch = choice.nchannels; /* 1..comm->nchannels (plait_tuner_choose) */
     /* The CTA cap (part of the comm's nchannels already when positive): 0
      * leaves device collectives one CTA (copy engines take allgather and
      * broadcast where they can, core/cuda/ce.c). */
