@@ -453,7 +453,7 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
     return issue(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
-                   stream);
+                 stream);
 }
 
 /* ------------------------------------------------------------ alltoall, gather, scatter */

@@ -184,8 +184,8 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
 
     if (comm->local_rank == 0 && t->has_machine)
         PLAIT_INFO(PLAIT_SUBSYS_TUNING,
-                   "rank %d: tuner: %d ranks on %d hosts, intra %s, inter %s, %d cores per host%s, small-message path %s, up to %d "
-                   "channels, chunks %llu..%llu B%s%s",
+                   "rank %d: tuner: %d ranks on %d hosts, intra %s, inter %s, %d cores per host%s, small-message path "
+                   "%s, up to %d channels, chunks %llu..%llu B%s%s",
                    comm->rank, n, comm->nhosts, plait_model_link_name(m->intra_link),
                    plait_model_link_name(m->inter_link), cores, cores ? "" : " (unknown)", m->ll_ok ? "on" : "off",
                    sp->max_channels, (unsigned long long)sp->slot_bytes, (unsigned long long)sp->max_chunk_bytes,
