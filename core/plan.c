@@ -137,8 +137,7 @@ plait_result_t plait_plan_make(struct plait_comm *comm, const struct plait_call 
          * call's arguments, the same on every rank. */
         plan.run_now = !plan.stream && comm->blocking && plait_group_depth() == 0 &&
                        !__atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE);
-        if (!plan.run_now)
-            plan.chunk_elems = chunk_elems(comm, esize, 0);
+        plan.chunk_elems = plan.run_now ? 0 : chunk_elems(comm, esize, 0);
         *plan_out = plan;
         return PLAIT_SUCCESS;
     }

@@ -53,7 +53,7 @@ struct plait_plan {
     uint8_t algo;          /* PLAIT_PATH_SCHEDULE: the algorithm (PLAIT_ALGO_*) */
     uint8_t wire;          /* PLAIT_EXEC_CUDA: the kernel's protocol, enum plait_wire */
     int nchannels;         /* channels (tasks) of a schedule, 1..comm->nchannels */
-    uint64_t chunk_elems;  /* elements per step per rank-chunk (not set when run_now) */
+    uint64_t chunk_elems;  /* elements per step per rank-chunk (0 when run_now: no schedule args) */
     size_t bytes;          /* PLAIT_PATH_SMALL: bytes each rank sends each peer (0: a barrier) */
     plait_stream_t stream; /* where the op is queued after routing (NULL: the calling thread) */
     void *cu_stream;       /* PLAIT_EXEC_CUDA: the CUDA stream (NULL: CUDA's default stream) */
