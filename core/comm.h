@@ -10,6 +10,7 @@
 #include "plait.h"
 #include "core/settings.h"
 #include "base/handle.h"
+#include "core/plan.h"
 #include "core/reduce.h"
 #include "algorithms/schedule.h"
 #include "transports/transport.h"
@@ -173,9 +174,7 @@ struct plait_op {
     struct plait_task *tasks;
     plait_stream_t stream;   /* where it runs (NULL: the calling thread) */
     int grouped;             /* issued inside a group (plait_group_start/end) */
-    int on_device;           /* runs on the CUDA backend (device buffers): core/cuda/launch.c */
-    void *cu_stream;         /* the CUDA stream of a device op (NULL: CUDA's default stream) */
-    int dev_proto;           /* device op: enum plait_wire the kernel runs it with (enqueue.c) */
+    struct plait_plan plan;  /* how it runs (core/plan.c): executor, path, channels, the kernel's protocol */
     struct plait_op *next;   /* in a group's list */
 };
 

@@ -1,16 +1,16 @@
-/* The collective and point-to-point entry points: validate the arguments, build
- * the operation (its tasks and their schedule), and hand it to the group. */
+/* The collective and point-to-point entry points: validate the arguments,
+ * have the call planned (core/plan.c), then build the operation the plan
+ * describes (its tasks and their schedule) and run it or hand it to the group. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
 #include "algorithms/algorithms.h"
 #include "core/comm.h"
-#include "core/cuda/cuda.h"
 #include "core/fastpath.h"
 #include "base/log.h"
 #include "algorithms/stepper.h"
-#include "core/tuner_comm.h"
+#include "core/plan.h"
 #include "base/util.h"
 
 static plait_result_t check_type(int dtype, const char *fn)
@@ -184,9 +184,10 @@ void plait_op_free_list(struct plait_op *ops)
     }
 }
 
-/* nchannels: the channels the call uses (tasks 0..nchannels-1, the tuner's
- * choice); chunk_bytes: bytes per step per rank-chunk before the clamp below. */
-static void sched_args_tuned(struct plait_op *op, size_t count, int root, int nchannels, uint64_t chunk_bytes)
+/* ------------------------------------------------------------ execution: the op from the plan */
+
+/* The schedule's arguments: the call's, and the plan's channels and chunk. */
+static void sched_args(struct plait_op *op, size_t count, int root, const struct plait_plan *plan)
 {
     struct plait_comm *comm = op->comm;
     struct plait_sched_args *a = &op->args;
@@ -195,7 +196,7 @@ static void sched_args_tuned(struct plait_op *op, size_t count, int root, int nc
     a->rank = comm->rank;
     a->root = root;
     a->count = count;
-    a->nchannels = nchannels >= 1 && nchannels <= comm->nchannels ? nchannels : comm->nchannels;
+    a->nchannels = plan->nchannels;
     a->align_elems = 16 / op->esize;
     a->radix = comm->set.tree_radix;
     a->nhosts = comm->nhosts;
@@ -203,201 +204,85 @@ static void sched_args_tuned(struct plait_op *op, size_t count, int root, int nc
     a->local_of = comm->host_of + comm->nranks;
     a->order = comm->ring_order; /* channel search's rings (comm_topo.c), NULL = rank order */
     a->pos = comm->ring_pos;
-    /* A ring step both receives and sends, one slot each per piece: if a step's
-     * chunk could fill the whole FIFO, two neighbours could each hold every slot
-     * of the other and wait forever. A chunk of at most half the FIFO leaves
-     * credit for the next step to start (NCCL keeps the same margin). */
-    if (chunk_bytes == 0)
-        chunk_bytes = comm->set.chunk_bytes;
-    const uint64_t half_fifo = (uint64_t)(comm->set.nslots / 2) * comm->set.slot_bytes;
-    if (chunk_bytes > half_fifo)
-        chunk_bytes = half_fifo;
-    uint64_t chunk = chunk_bytes / op->esize;
-    chunk = chunk / a->align_elems * a->align_elems;
-    a->chunk_elems = chunk > a->align_elems ? chunk : a->align_elems;
+    a->chunk_elems = plan->chunk_elems;
 }
 
-static void sched_args(struct plait_op *op, size_t count, int root)
+/* A call on the small-message path (fastpath.c): run now from an op on the
+ * stack, or queued as a one-task op in lane 0, as the plan says. A barrier's
+ * boxes carry tags only. */
+static plait_result_t exec_small(struct plait_comm *comm, const struct plait_call *call, const struct plait_plan *plan)
 {
-    sched_args_tuned(op, count, root, op->comm->nchannels, op->comm->set.chunk_bytes);
-}
-
-/* A collective on the small-message path (fastpath.c). With a NULL stream,
- * outside a group, on a blocking communicator with nothing queued on a stream,
- * it runs at once on the calling thread from an op on the stack: no
- * allocation, no executor. Otherwise it becomes a one-task op in lane 0 that
- * the group, stream or executor runs like any other, so that the choice of
- * path depends only on the call's arguments, the same on every rank. */
-static plait_result_t fast_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
-                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
-                              size_t bytes, plait_stream_t stream)
-{
+    const int is_barrier = call->coll == PLAIT_COLL_BARRIER;
+    const struct plait_red *red = is_barrier ? NULL : call->red;
+    const int dtype = is_barrier ? PLAIT_UINT8 : call->dtype;
     const int redop = red ? red->op : PLAIT_SUM;
-    if (!stream && comm->blocking && plait_group_depth() == 0 && !__atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE)) {
+    const size_t count = is_barrier ? 0 : call->count;
+    const int root = is_barrier ? 0 : call->root;
+    if (plan->run_now) {
         struct plait_op op;
         op.comm = comm;
-        op.coll = coll;
-        op.name = name;
-        op.sendbuff = sendbuff;
-        op.recvbuff = recvbuff;
+        op.coll = call->coll;
+        op.name = call->name;
+        op.sendbuff = is_barrier ? NULL : call->sendbuff;
+        op.recvbuff = is_barrier ? NULL : call->recvbuff;
         op.esize = plait_dtype_size(dtype);
         if (red)
             op.red = *red;
         op.args.count = count;
         op.args.root = root;
+        op.plan = *plan;
         op.seq = ++comm->seq;
         op.coll_seq = ++comm->coll_seq;
-        plait_fast_prepare(&op, bytes, dtype, redop);
+        plait_fast_prepare(&op, plan->bytes, dtype, redop);
         return plait_fast_run(&op);
     }
-    struct plait_op *op = op_new(comm, coll, name, 1);
+    struct plait_op *op = op_new(comm, call->coll, call->name, 1);
     if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
-    op->sendbuff = sendbuff;
-    op->recvbuff = recvbuff;
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", call->name);
+    op->sendbuff = is_barrier ? NULL : call->sendbuff;
+    op->recvbuff = is_barrier ? NULL : call->recvbuff;
     op->esize = plait_dtype_size(dtype);
     if (red)
         op->red = *red;
-    sched_args(op, count, root);
+    op->plan = *plan;
+    sched_args(op, count, root, plan);
     op->coll_seq = ++comm->coll_seq;
-    plait_fast_prepare(op, bytes, dtype, redop);
+    plait_fast_prepare(op, plan->bytes, dtype, redop);
     struct plait_task *t = &op->tasks[op->ntasks++];
     t->op = op;
     t->cls = 0;
     t->lane = 0;
     t->is_fast = 1;
-    return plait_enqueue(op, stream);
+    return plait_enqueue(op, plan->stream);
 }
 
-/* Which backend runs a call (core/cuda/launch.c), from the buffers this rank
- * uses: device or managed memory -> the CUDA backend (*on_device = 1, on
- * *cu_stream: the wrapped CUDA stream, NULL = CUDA's default stream; *stream
- * becomes NULL); host or registered memory -> the CPU backend. Host buffers
- * on a CUDA-backed stream: the CUDA stream is synchronised now (so work
- * queued on it before, which may have written them, is done) and the call
- * runs as on the NULL stream, complete when it returns (or at
- * plait_group_end). A call with no buffer to classify (count 0) follows its
- * stream. Also reports a kernel error found since the last call. */
-static plait_result_t route_call(struct plait_comm *comm, int coll, const char *fn, const void *sendbuff,
-                                 const void *recvbuff, size_t count, int root, plait_stream_t *stream, int *on_device,
-                                 void **cu_stream)
+/* A call on an algorithm's schedule: one task per planned channel, run by
+ * the executor the plan names (core/exec.c, or core/cuda/launch.c). */
+static plait_result_t exec_schedule(struct plait_comm *comm, const struct plait_call *call,
+                                    const struct plait_plan *plan)
 {
-    *on_device = 0;
-    *cu_stream = NULL;
-    void *cs = NULL;
-    const int is_cuda_stream = plait_stream_cuda(*stream, &cs);
-    if (comm->cuda && plait_cuda_poll_error(comm)) {
-        char why[sizeof(comm->async_msg)];
-        plait_comm_async_msg(comm, why, sizeof(why));
-        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator is in error after: %s", fn,
-                           comm->rank, why);
-    }
-    const void *s = sendbuff, *r = recvbuff;
-    const int is_root = comm->rank == root;
-    if (count == 0 || coll == PLAIT_COLL_BARRIER)
-        s = r = NULL;
-    if ((coll == PLAIT_COLL_BROADCAST || coll == PLAIT_COLL_SCATTER) && !is_root)
-        s = NULL;
-    if ((coll == PLAIT_COLL_REDUCE || coll == PLAIT_COLL_GATHER) && !is_root)
-        r = NULL;
-    plait_result_t err;
-    int dev = plait_cuda_route(comm, fn, s, r, &err);
-    if (dev < 0)
-        return err;
-    if (!s && !r && is_cuda_stream && comm->cuda && coll != PLAIT_COLL_BARRIER)
-        dev = 1;
-    if (dev) {
-        if (*stream && !is_cuda_stream)
-            return plait_error(PLAIT_ERR_INVALID_USAGE,
-                               "%s: device buffers on a host stream (plait_stream_create): pass a CUDA stream "
-                               "(plait_stream_from_cuda) or NULL (CUDA's default stream)",
-                               fn);
-        *on_device = 1;
-        *cu_stream = cs;
-        *stream = NULL;
-        return PLAIT_SUCCESS;
-    }
-    if (is_cuda_stream) {
-        plait_result_t res = plait_stream_synchronize(*stream);
-        if (res)
-            return plait_error_context(res, "%s: host buffers on a CUDA stream (synchronising it first)", fn);
-        *stream = NULL;
-    }
-    return PLAIT_SUCCESS;
-}
-
-static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *name, const void *sendbuff,
-                              void *recvbuff, size_t count, int dtype, const struct plait_red *red, int root,
-                              plait_stream_t stream)
-{
-    const size_t esize = plait_dtype_size(dtype);
-    int on_device;
-    void *cu_stream;
-    plait_result_t rres = route_call(comm, coll, name, sendbuff, recvbuff, count, root, &stream, &on_device, &cu_stream);
-    if (rres)
-        return rres;
-    /* The tuner (tuner.c): a pure function of the call and of what every rank
-     * holds alike, so every rank takes the same path and schedule. Bytes are
-     * what each rank sends each peer on the small-message path: count is per
-     * rank for allgather, reducescatter and alltoall. */
-    struct plait_tune_choice choice;
-    plait_result_t tres = plait_tuner_choose(comm, coll, (uint64_t)count * esize, (int)esize, &choice);
-    if (tres)
-        return tres; /* the tuner's message names the rank and the call */
-    /* The first call of a size bucket runs the model (milliseconds, holding
-     * the communicator busy): a plait_comm_abort from another thread may have
-     * waited for it and released the boxes and connections meanwhile. The
-     * flag was raised before the abort waited, so it shows here. */
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
-        return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", name, comm->rank);
-    /* Device ops never take the small-message path (its boxes are host
-     * memory); the tuner's LL becomes the kernel's LL protocol when no rank
-     * has a proxied connection (its FIFOs carry no LL lines). */
-    const int fast = !on_device && choice.proto == PLAIT_MPROTO_LL &&
-                     plait_fast_eligible(comm, coll, coll == PLAIT_COLL_BARRIER ? 0 : count * esize);
-    const int dev_proto = on_device && choice.proto == PLAIT_MPROTO_LL && plait_cuda_ll_ok(comm) ? PLAIT_WIRE_LL
-                                                                                                 : PLAIT_WIRE_SIMPLE;
-    if (fast && coll == PLAIT_COLL_BARRIER)
-        return fast_op(comm, coll, name, NULL, NULL, 0, PLAIT_UINT8, NULL, 0, 0, stream); /* tags only */
-    if (fast)
-        return fast_op(comm, coll, name, sendbuff, recvbuff, count, dtype, red, root, count * esize, stream);
-    if (choice.proto == PLAIT_MPROTO_LL || choice.algo == PLAIT_ALGO_AUTO ||
-        !plait_algorithms[choice.algo].supports(coll, comm->nranks)) {
-        /* not reached with a consistent tuner; the default rule keeps it safe */
-        choice.algo = (uint8_t)plait_algo_select(coll, (uint64_t)count * esize, comm->nranks, comm->nhosts,
-                                                 comm->set.algo)->id;
-        choice.nchannels = (uint8_t)comm->nchannels;
-        choice.chunk_bytes = 0;
-    }
-    int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
-    /* The CTA cap (part of the comm's nchannels already when positive): 0
-     * leaves device collectives one CTA (copy engines take allgather and
-     * broadcast where they can, core/cuda/launch.c). */
-    if (on_device && plait_cuda_cta_cap(comm) >= 0 && nch > plait_cuda_cta_cap(comm))
-        nch = plait_cuda_cta_cap(comm) > 0 ? plait_cuda_cta_cap(comm) : 1;
-    struct plait_op *op = op_new(comm, coll, name, nch);
+    const int nch = plan->nchannels;
+    struct plait_op *op = op_new(comm, call->coll, call->name, nch);
     if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", name);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", call->name);
     op->coll_seq = ++comm->coll_seq;
     op->fast_seq = comm->fast_seq + 1; /* for plait_fast_check_mismatch */
-    op->on_device = on_device;
-    op->cu_stream = cu_stream;
-    op->dev_proto = dev_proto;
-    op->sendbuff = sendbuff;
-    op->recvbuff = recvbuff;
-    op->esize = plait_dtype_size(dtype);
-    if (red)
-        op->red = *red;
+    op->plan = *plan;
+    op->sendbuff = call->sendbuff;
+    op->recvbuff = call->recvbuff;
+    op->esize = plait_dtype_size(call->dtype);
+    if (call->red)
+        op->red = *call->red;
     else
-        plait_red_init(&op->red, dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
-    sched_args_tuned(op, count, root, nch, choice.chunk_bytes);
-    const struct plait_algorithm *algo = &plait_algorithms[choice.algo];
+        plait_red_init(&op->red, call->dtype, PLAIT_SUM, NULL, (uint64_t)comm->nranks);
+    sched_args(op, call->count, call->root, plan);
+    const struct plait_algorithm *algo = &plait_algorithms[plan->algo];
     if (algo->scratch) {
         const uint64_t elems = algo->scratch(&op->args);
         size_t sb;
         if (plait_mul_overflows((size_t)elems, op->esize, &sb) || elems > SIZE_MAX) {
             free(op);
-            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s would need %llu elements of scratch", name,
+            return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: %s would need %llu elements of scratch", call->name,
                                algo->name, (unsigned long long)elems);
         }
         op->scratch_bytes = sb; /* acquired when it runs (plait_exec_run) */
@@ -409,7 +294,7 @@ static plait_result_t sched_op(struct plait_comm *comm, int coll, const char *na
         t->lane = c;
         t->gen = algo->step;
     }
-    return plait_enqueue(op, stream);
+    return plait_enqueue(op, plan->stream);
 }
 
 /* A point-to-point task (send or recv): one step over the point-to-point class. */
@@ -436,6 +321,45 @@ static void p2p_task(struct plait_op *op, int kind, int peer, uint64_t off, uint
     }
 }
 
+/* A send or a receive: one task on the point-to-point class. */
+static plait_result_t exec_p2p(struct plait_comm *comm, const struct plait_call *call, const struct plait_plan *plan)
+{
+    const int is_send = call->coll == PLAIT_COLL_SEND;
+    struct plait_op *op = op_new(comm, call->coll, call->name, 1);
+    if (!op)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", call->name);
+    op->plan = *plan;
+    if (is_send)
+        op->sendbuff = call->sendbuff;
+    else
+        op->recvbuff = call->recvbuff;
+    op->esize = plait_dtype_size(call->dtype);
+    sched_args(op, call->count, call->root, plan);
+    p2p_task(op, is_send ? PLAIT_STEP_SEND : PLAIT_STEP_RECV, call->root, 0, call->count);
+    return plait_enqueue(op, plan->stream);
+}
+
+/* ------------------------------------------------------------ a validated call: plan, then execute */
+
+/* Every entry point, once its arguments are valid: the planner decides how
+ * the call runs (core/plan.c), then the op the plan describes is built and
+ * run or queued. Nothing after plait_plan_make decides again. */
+static plait_result_t issue(struct plait_comm *comm, int coll, const char *name, const void *sendbuff, void *recvbuff,
+                            size_t count, int dtype, const struct plait_red *red, int root, plait_stream_t stream)
+{
+    const struct plait_call call = {.coll = coll, .name = name, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                                    .count = count, .dtype = dtype, .root = root, .red = red, .stream = stream};
+    struct plait_plan plan;
+    plait_result_t s = plait_plan_make(comm, &call, &plan);
+    if (s)
+        return s;
+    switch (plan.path) {
+    case PLAIT_PATH_SMALL: return exec_small(comm, &call, &plan);
+    case PLAIT_PATH_P2P: return exec_p2p(comm, &call, &plan);
+    default: return exec_schedule(comm, &call, &plan);
+    }
+}
+
 /* ------------------------------------------------------------ collectives */
 
 plait_result_t plait_allreduce(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
@@ -451,7 +375,7 @@ plait_result_t plait_allreduce(const void *sendbuff, void *recvbuff, size_t coun
         (s = check_range(recvbuff, count, plait_dtype_size(datatype), 1, "recvbuff", fn)) ||
         (s = make_red(comm, datatype, op, &red, fn)))
         return s;
-    return sched_op(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
+    return issue(comm, PLAIT_COLL_ALLREDUCE, fn, sendbuff, recvbuff, count, datatype, &red, 0, stream);
 }
 
 plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
@@ -467,7 +391,7 @@ plait_result_t plait_broadcast(const void *sendbuff, void *recvbuff, size_t coun
     if (comm->rank == root && ((s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)) ||
                                (s = check_range(sendbuff, count, es, 1, "sendbuff", fn))))
         return s;
-    return sched_op(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return issue(comm, PLAIT_COLL_BROADCAST, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype,
@@ -485,7 +409,7 @@ plait_result_t plait_reduce(const void *sendbuff, void *recvbuff, size_t count, 
     if (comm->rank == root && ((s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)) ||
                                (s = check_range(recvbuff, count, es, 1, "recvbuff", fn))))
         return s;
-    return sched_op(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
+    return issue(comm, PLAIT_COLL_REDUCE, fn, sendbuff, recvbuff, count, datatype, &red, root, stream);
 }
 
 plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t sendcount, plait_datatype_t datatype,
@@ -500,7 +424,7 @@ plait_result_t plait_allgather(const void *sendbuff, void *recvbuff, size_t send
         (s = check_range(sendbuff, sendcount, es, 1, "sendbuff", fn)) ||
         (s = check_range(recvbuff, sendcount, es, (size_t)comm->nranks, "recvbuff", fn)))
         return s;
-    return sched_op(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
+    return issue(comm, PLAIT_COLL_ALLGATHER, fn, sendbuff, recvbuff, sendcount, datatype, NULL, 0, stream);
 }
 
 plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t recvcount, plait_datatype_t datatype,
@@ -516,7 +440,7 @@ plait_result_t plait_reducescatter(const void *sendbuff, void *recvbuff, size_t 
         (s = check_range(sendbuff, recvcount, es, (size_t)comm->nranks, "sendbuff", fn)) ||
         (s = check_range(recvbuff, recvcount, es, 1, "recvbuff", fn)) || (s = make_red(comm, datatype, op, &red, fn)))
         return s;
-    return sched_op(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
+    return issue(comm, PLAIT_COLL_REDUCESCATTER, fn, sendbuff, recvbuff, recvcount, datatype, &red, 0, stream);
 }
 
 plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
@@ -528,8 +452,8 @@ plait_result_t plait_barrier(plait_comm_t comm, plait_stream_t stream)
     /* One byte that every rank's completion depends on, from every rank:
      * what a barrier promises (the dissemination pattern on one host, a
      * one-byte ring allreduce across hosts; PLAIT_ALGO=barrier:X forces one). */
-    return sched_op(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
-                   stream);
+    return issue(comm, PLAIT_COLL_BARRIER, fn, comm->barrier_buf[0], comm->barrier_buf[1], 1, PLAIT_UINT8, NULL, 0,
+                 stream);
 }
 
 /* ------------------------------------------------------------ alltoall, gather, scatter */
@@ -549,7 +473,7 @@ plait_result_t plait_alltoall(const void *sendbuff, void *recvbuff, size_t count
     if (count > 0 && sendbuff == recvbuff)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported (sendbuff == recvbuff)",
                            fn);
-    return sched_op(comm, PLAIT_COLL_ALLTOALL, fn, sendbuff, recvbuff, count, datatype, NULL, 0, stream);
+    return issue(comm, PLAIT_COLL_ALLTOALL, fn, sendbuff, recvbuff, count, datatype, NULL, 0, stream);
 }
 
 plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -565,7 +489,7 @@ plait_result_t plait_gather(const void *sendbuff, void *recvbuff, size_t count, 
     if (comm->rank == root && ((s = check_buf(recvbuff, count, "recvbuff (on the root)", fn)) ||
                                (s = check_range(recvbuff, count, es, (size_t)comm->nranks, "recvbuff", fn))))
         return s;
-    return sched_op(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return issue(comm, PLAIT_COLL_GATHER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count, plait_datatype_t datatype, int root,
@@ -581,7 +505,7 @@ plait_result_t plait_scatter(const void *sendbuff, void *recvbuff, size_t count,
     if (comm->rank == root && ((s = check_buf(sendbuff, count, "sendbuff (on the root)", fn)) ||
                                (s = check_range(sendbuff, count, es, (size_t)comm->nranks, "sendbuff", fn))))
         return s;
-    return sched_op(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
+    return issue(comm, PLAIT_COLL_SCATTER, fn, sendbuff, recvbuff, count, datatype, NULL, root, stream);
 }
 
 plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,
@@ -594,20 +518,7 @@ plait_result_t plait_send(const void *sendbuff, size_t count, plait_datatype_t d
         (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
         (s = check_range(sendbuff, count, plait_dtype_size(datatype), 1, "sendbuff", fn)))
         return s;
-    int on_device;
-    void *cu_stream;
-    if ((s = route_call(comm, PLAIT_COLL_SEND, fn, sendbuff, NULL, count, peer, &stream, &on_device, &cu_stream)))
-        return s;
-    struct plait_op *op = op_new(comm, PLAIT_COLL_SEND, fn, 1);
-    if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
-    op->on_device = on_device;
-    op->cu_stream = cu_stream;
-    op->sendbuff = sendbuff;
-    op->esize = plait_dtype_size(datatype);
-    sched_args(op, count, peer);
-    p2p_task(op, PLAIT_STEP_SEND, peer, 0, count);
-    return plait_enqueue(op, stream);
+    return issue(comm, PLAIT_COLL_SEND, fn, sendbuff, NULL, count, datatype, NULL, peer, stream);
 }
 
 plait_result_t plait_recv(void *recvbuff, size_t count, plait_datatype_t datatype, int peer, plait_comm_t comm,
@@ -620,18 +531,5 @@ plait_result_t plait_recv(void *recvbuff, size_t count, plait_datatype_t datatyp
         (s = check_size(count, plait_dtype_size(datatype), 1, fn)) ||
         (s = check_range(recvbuff, count, plait_dtype_size(datatype), 1, "recvbuff", fn)))
         return s;
-    int on_device;
-    void *cu_stream;
-    if ((s = route_call(comm, PLAIT_COLL_RECV, fn, NULL, recvbuff, count, peer, &stream, &on_device, &cu_stream)))
-        return s;
-    struct plait_op *op = op_new(comm, PLAIT_COLL_RECV, fn, 1);
-    if (!op)
-        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", fn);
-    op->on_device = on_device;
-    op->cu_stream = cu_stream;
-    op->recvbuff = recvbuff;
-    op->esize = plait_dtype_size(datatype);
-    sched_args(op, count, peer);
-    p2p_task(op, PLAIT_STEP_RECV, peer, 0, count);
-    return plait_enqueue(op, stream);
+    return issue(comm, PLAIT_COLL_RECV, fn, NULL, recvbuff, count, datatype, NULL, peer, stream);
 }

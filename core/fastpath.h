@@ -1,6 +1,9 @@
-/* The small-message path (plait's "LL" protocol): collectives of at most
- * PLAIT_FAST_MAX_BYTES per rank pair between the ranks of one host, without
- * FIFOs, schedules or the executor's machinery. See fastpath.c. */
+/* The small-message path: collectives of at most PLAIT_FAST_MAX_BYTES per
+ * rank pair between the ranks of one host, without FIFOs, schedules or the
+ * executor's machinery. See fastpath.c. PLAIT_PROTO, NCCL_PROTO and the
+ * tuning file call it "LL" ("ll"), and the model's PLAIT_MPROTO_LL is this
+ * path on a CPU engine; elsewhere in the code LL is the kernel's wire
+ * protocol (PLAIT_WIRE_LL). */
 #ifndef PLAIT_FASTPATH_H
 #define PLAIT_FASTPATH_H
 

@@ -55,7 +55,7 @@ static struct plait_op *take_device(struct plait_op **list)
     struct plait_op *out = NULL, **out_tail = &out, **pp = list;
     while (*pp) {
         struct plait_op *op = *pp;
-        if (op->on_device) {
+        if (op->plan.executor == PLAIT_EXEC_CUDA) {
             *pp = op->next;
             op->next = NULL;
             *out_tail = op;

@@ -10,8 +10,9 @@
 
 enum plait_transport_force { PLAIT_FORCE_NONE = 0, PLAIT_FORCE_TCP = 1 /* PLAIT_TRANSPORT=socket */ };
 
-/* PLAIT_PROTO: auto = the small-message path (src/fastpath.c, "LL") where it
- * applies, the FIFO path ("Simple") elsewhere; simple = the FIFO path only. */
+/* PLAIT_PROTO: auto = the small-message path (core/fastpath.c; "LL" in
+ * PLAIT_PROTO and NCCL_PROTO) where it applies, the FIFO path ("Simple")
+ * elsewhere; simple = the FIFO path only. */
 enum plait_proto { PLAIT_PROTO_AUTO = 0, PLAIT_PROTO_SIMPLE = 1 };
 
 /* PLAIT_CMA: single-copy transfers between ranks of one host (docs/performance.md). */

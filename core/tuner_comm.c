@@ -52,14 +52,14 @@ static int intra_link(const struct plait_comm *comm)
 /* A cache entry, 64 bits so that one atomic load or store reads or publishes
  * it whole (two threads filling the same entry compute the same bits):
  *   bit 0      valid
- *   bit 1      LL is the best (for calls of the bucket that LL can carry)
+ *   bit 1      the small-message path is the best (for calls of the bucket it can carry)
  *   bit 2      the default rule (the model did not apply)
  *   bits 3-7   algorithm of the best schedule
  *   bits 8-15  its channels
  *   bits 16-21 its chunk: slot_bytes << n, 63 = max_chunk_bytes
  *   bits 32-63 the schedule's predicted time (float) */
 #define E_VALID 1ull
-#define E_LL 2ull
+#define E_SMALL 2ull
 #define E_DEFAULT 4ull
 #define E_CHUNK_MAX 63u
 
@@ -71,7 +71,7 @@ struct plait_tuner {
     char rules_path[512];
     char consts_path[512];
     struct plait_model_consts k;
-    uint8_t ll_for[PLAIT_COLL_COUNT]; /* the small-message path exists for this collective */
+    uint8_t small_for[PLAIT_COLL_COUNT]; /* the small-message path exists for this collective */
     uint64_t cache[PLAIT_COLL_COUNT][PLAIT_TUNE_BUCKETS];      /* the model's best */
     uint64_t rule_cache[PLAIT_COLL_COUNT][PLAIT_TUNE_BUCKETS]; /* the best of one algorithm (file rules) */
 };
@@ -165,7 +165,8 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
         }
     }
     for (int c = 0; c < PLAIT_COLL_COUNT; c++)
-        t->ll_for[c] = comm->fast && plait_tune_ll_coll(c) && plait_fast_eligible(comm, c, c == PLAIT_COLL_BARRIER ? 0 : 1);
+        t->small_for[c] =
+            comm->fast && plait_tune_ll_coll(c) && plait_fast_eligible(comm, c, c == PLAIT_COLL_BARRIER ? 0 : 1);
 
     struct plait_tune_space *sp = &t->sp;
     memset(sp, 0, sizeof(*sp));
@@ -183,8 +184,8 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
 
     if (comm->local_rank == 0 && t->has_machine)
         PLAIT_INFO(PLAIT_SUBSYS_TUNING,
-                   "rank %d: tuner: %d ranks on %d hosts, intra %s, inter %s, %d cores per host%s, LL %s, up to %d "
-                   "channels, chunks %llu..%llu B%s%s",
+                   "rank %d: tuner: %d ranks on %d hosts, intra %s, inter %s, %d cores per host%s, small-message path "
+                   "%s, up to %d channels, chunks %llu..%llu B%s%s",
                    comm->rank, n, comm->nhosts, plait_model_link_name(m->intra_link),
                    plait_model_link_name(m->inter_link), cores, cores ? "" : " (unknown)", m->ll_ok ? "on" : "off",
                    sp->max_channels, (unsigned long long)sp->slot_bytes, (unsigned long long)sp->max_chunk_bytes,
@@ -219,11 +220,11 @@ static unsigned chunk_code(const struct plait_tune_space *sp, uint64_t chunk)
     return E_CHUNK_MAX;
 }
 
-static uint64_t pack(int ll, int dflt, int algo, int nch, unsigned chunk, float t)
+static uint64_t pack(int small, int dflt, int algo, int nch, unsigned chunk, float t)
 {
     uint32_t tb;
     memcpy(&tb, &t, sizeof(tb));
-    return E_VALID | (ll ? E_LL : 0) | (dflt ? E_DEFAULT : 0) | ((uint64_t)(algo & 31) << 3) |
+    return E_VALID | (small ? E_SMALL : 0) | (dflt ? E_DEFAULT : 0) | ((uint64_t)(algo & 31) << 3) |
            ((uint64_t)(nch & 255) << 8) | ((uint64_t)(chunk & 63) << 16) | ((uint64_t)tb << 32);
 }
 
@@ -250,7 +251,7 @@ static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tun
     if (!t->has_machine || !plait_coll_is_scheduled(coll))
         return default_entry(comm, coll, rep);
     struct plait_model_machine m = t->m;
-    m.ll_ok = m.ll_ok && t->ll_for[coll];
+    m.ll_ok = m.ll_ok && t->small_for[coll];
     struct plait_tune_bucket_answer ans;
     plait_result_t s = plait_tune_model_bucket(&m, &t->sp, coll, b, only, &ans);
     /* Out of memory is this rank's alone: its peers may decide by the model,
@@ -260,10 +261,10 @@ static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tun
     if (s)
         return only == PLAIT_ALGO_AUTO ? default_entry(comm, coll, rep)
                                        : pack(0, 1, only, comm->nchannels, E_CHUNK_MAX, 0.0f);
-    /* The best schedule too, for the sizes of the bucket above LL's limit. */
+    /* The best schedule too, for the sizes of the bucket above the small-message limit. */
     if (ans.sbest < 0) {
         const uint64_t d = default_entry(comm, coll, rep);
-        return ans.ll ? d | E_LL : d;
+        return ans.ll ? d | E_SMALL : d;
     }
     const struct plait_tune_choice *c = &ans.cand[ans.sbest].choice;
     return pack(ans.ll, 0, c->algo, c->nchannels, chunk_code(&t->sp, c->chunk_bytes), (float)c->predicted_s);
@@ -289,7 +290,7 @@ static void log_choice(const struct plait_comm *comm, int coll, uint64_t bytes, 
     const struct plait_tuner *t = comm->tuner;
     double pred = c->predicted_s;
     if (c->proto == PLAIT_MPROTO_LL && t && t->has_machine && pred == 0 && esize > 0) {
-        /* LL's time is not cached (closed form: cheap); only logged */
+        /* the small-message path's time is not cached (closed form: cheap); only logged */
         const double ll_s = plait_tune_ll_time(&t->m, coll, bytes / (uint64_t)esize, esize);
         if (ll_s > 0)
             pred = ll_s;
@@ -319,10 +320,13 @@ static void set_choice(struct plait_tune_choice *out, int algo, int proto, int n
     out->predicted_s = pred;
 }
 
-/* Whether this call can go on the small-message path. */
-static int ll_here(const struct plait_comm *comm, const struct plait_tuner *t, int coll, uint64_t bytes)
+/* Whether this call can go on the small-message path: the collective's
+ * eligibility (plait_fast_eligible, asked once per collective at init) and the
+ * call's size. The planner (core/plan.c) trusts a PLAIT_MPROTO_LL choice
+ * because it is made only here. */
+static int small_here(const struct plait_comm *comm, const struct plait_tuner *t, int coll, uint64_t bytes)
 {
-    if (!t || !t->ll_for[coll] || comm->set.proto == PLAIT_PROTO_SIMPLE)
+    if (!t || !t->small_for[coll] || comm->set.proto == PLAIT_PROTO_SIMPLE)
         return 0;
     return coll == PLAIT_COLL_BARRIER || (bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES);
 }
@@ -351,7 +355,7 @@ static plait_result_t choose(struct plait_comm *comm, int coll, uint64_t bytes, 
     const int b = plait_tune_bucket(bytes);
     const struct plait_tune_rule *rule = t->rules.n ? plait_tune_rules_match(&t->rules, coll, bytes, comm->nranks) : NULL;
     if (rule) {
-        if (rule->proto == PLAIT_MPROTO_LL && ll_here(comm, t, coll, bytes)) {
+        if (rule->proto == PLAIT_MPROTO_LL && small_here(comm, t, coll, bytes)) {
             set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, PLAIT_TUNE_SRC_FILE, 0);
             return PLAIT_SUCCESS;
         }
@@ -379,11 +383,11 @@ static plait_result_t choose(struct plait_comm *comm, int coll, uint64_t bytes, 
         __atomic_store_n(&t->cache[coll][b], e, __ATOMIC_RELEASE);
     }
     const int dflt = (e & E_DEFAULT) != 0;
-    /* Without a model, LL wherever the path exists (what plait did before the
-     * tuner); with one, where the model put it first. Sizes of the bucket
-     * above LL's limit take the bucket's best schedule. */
-    const int want_ll = dflt ? 1 : (e & E_LL) != 0;
-    if (want_ll && ll_here(comm, t, coll, bytes)) {
+    /* Without a model, the small-message path wherever it exists (what plait
+     * did before the tuner); with one, where the model put it first. Sizes of
+     * the bucket above its limit take the bucket's best schedule. */
+    const int want_small = dflt ? 1 : (e & E_SMALL) != 0;
+    if (want_small && small_here(comm, t, coll, bytes)) {
         set_choice(out, PLAIT_ALGO_AUTO, PLAIT_MPROTO_LL, 1, 0, dflt ? PLAIT_TUNE_SRC_DEFAULT : PLAIT_TUNE_SRC_MODEL,
                    0);
         return PLAIT_SUCCESS;

@@ -26,7 +26,9 @@ void plait_tuner_free(struct plait_comm *comm);
 
 /* The choice for a call: forced (PLAIT_ALGO / PLAIT_PROTO), else the tuning
  * file, else the cached or newly modelled choice for (coll, bucket); at
- * least PLAIT_MIN_CTAS / minCTAs channels. Logs the decision at INFO under
+ * least PLAIT_MIN_CTAS / minCTAs channels and at most comm->nchannels.
+ * PLAIT_MPROTO_LL (the small-message path, the tuning file's "ll") only where
+ * that path exists for the call (a host call: core/fastpath.c). Logs the decision at INFO under
  * PLAIT_DEBUG_SUBSYS=TUNING. Fails (PLAIT_ERR_SYSTEM, nothing cached) only
  * when the model runs out of memory: another rank may have decided by the
  * model, so this one must not guess. Collectives the model does not cover

@@ -130,7 +130,7 @@ static void *rank_main(void *p)
         const int inplace = (iter / 3) % 2;
         memset(&op, 0, sizeof(op));
         op.comm = comm;
-        op.on_device = 1;
+        op.plan.executor = PLAIT_EXEC_CUDA;
         op.esize = 1;
         op.recvbuff = recv;
         op.args.nranks = n;
@@ -255,7 +255,7 @@ static void *fallback_main(void *p)
     struct plait_op op;
     memset(&op, 0, sizeof(op));
     op.comm = a->comm;
-    op.on_device = 1;
+    op.plan.executor = PLAIT_EXEC_CUDA;
     op.esize = 4;
     op.args.count = 100;
     op.coll = PLAIT_COLL_ALLGATHER;
@@ -366,7 +366,7 @@ static void *graph_main(void *p)
     struct plait_op op;
     memset(&op, 0, sizeof(op));
     op.comm = comm;
-    op.on_device = 1;
+    op.plan.executor = PLAIT_EXEC_CUDA;
     op.esize = 1;
     op.coll = op.args.coll = PLAIT_COLL_ALLGATHER;
     op.args.count = bytes;

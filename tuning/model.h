@@ -91,7 +91,7 @@ enum plait_model_engine {
 /* Protocols the model (and the tuner) choose between. */
 enum plait_model_proto {
     PLAIT_MPROTO_SIMPLE = 0, /* the schedule through FIFO slots */
-    PLAIT_MPROTO_LL,         /* the small-message path (one exchange, no schedule) */
+    PLAIT_MPROTO_LL,         /* CPU engines: the small-message path (one exchange, no schedule); GPU: NCCL's LL */
     PLAIT_MPROTO_COUNT
 };
 

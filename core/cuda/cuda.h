@@ -50,9 +50,9 @@ void plait_cuda_comm_abort(struct plait_comm *comm);
 int plait_cuda_route(struct plait_comm *comm, const char *fn, const void *sendbuff, const void *recvbuff,
                      plait_result_t *err);
 
-/* Launches device ops (op->on_device) on their CUDA streams: one kernel per
- * (communicator, stream) for the ops of one group, stream-ordered, without
- * host synchronisation. Takes ownership of the list. */
+/* Launches device ops (planned for PLAIT_EXEC_CUDA, op->plan) on their CUDA
+ * streams: one kernel per (communicator, stream) for the ops of one group,
+ * stream-ordered, without host synchronisation. Takes ownership of the list. */
 plait_result_t plait_cuda_launch(struct plait_op *ops);
 
 /* The first error a kernel of this communicator reported (host-mapped status

@@ -258,11 +258,11 @@ static plait_result_t launch_one(struct plait_comm *comm, struct plait_cuda_comm
         d->esize = (uint32_t)op->esize;
         d->dtype = op->red.dtype;
         d->redop = op->red.op;
-        d->proto = op->dev_proto;
+        d->proto = op->plan.wire;
         d->nranks = op->red.nranks ? op->red.nranks : (uint64_t)comm->nranks;
         d->scalar_f = op->red.scalar_f;
         d->scalar_i = op->red.scalar_i;
-        d->piece_max = plait_piece_max(comm->set.slot_bytes, op->esize, op->dev_proto);
+        d->piece_max = plait_piece_max(comm->set.slot_bytes, op->esize, op->plan.wire);
         /* A lone send keeps the FIFO's buffering (as exec.c's sc_wants): a
          * descriptor would make it wait for its receiver. */
         d->sc = op_is_p2p(op) && !op->grouped ? 0u : PLAIT_DEV_SC_SEND;
@@ -376,13 +376,13 @@ plait_result_t plait_cuda_launch(struct plait_op *ops)
     struct plait_op *batch[PLAIT_KMAX_OPS * 4];
     while (ops && !status) {
         struct plait_comm *comm = ops->comm;
-        void *stream = ops->cu_stream;
+        void *stream = ops->plan.cu_stream;
         /* This (comm, stream)'s ops, in order, out of the list. */
         int n = 0, overflow = 0;
         struct plait_op **pp = &ops, *mine = NULL, **mtail = &mine;
         while (*pp) {
             struct plait_op *op = *pp;
-            if (op->comm == comm && op->cu_stream == stream) {
+            if (op->comm == comm && op->plan.cu_stream == stream) {
                 *pp = op->next;
                 op->next = NULL;
                 *mtail = op;
