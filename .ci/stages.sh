@@ -17,8 +17,8 @@ set -uo pipefail
 STAGES=(
     "cuda 300 cuda"
     "nccl 120 nccl"
-    "collectives 360 collectives"
-    "algorithms 900 algorithms"
+    "collectives 180 collectives"
+    "algorithms 480 algorithms"
     "unit 480 unit"
     "behaviour 300 behaviour"
     "rest 300 -"

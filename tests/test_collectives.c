@@ -260,29 +260,91 @@ Test(collectives_small, socket_2, .timeout = 600)
 
 /* Each algorithm, forced with PLAIT_ALGO, on every collective the table says
  * it implements (every count and type, in and out of place). A test whose
- * algorithm implements none of them fails: it would prove nothing. */
-static unsigned algo_mask(const char *algo, int nranks)
+ * algorithm implements none of them fails: it would prove nothing.
+ *
+ * PLAIT_ALGO is read at init and names one algorithm per collective
+ * ("allreduce:tree;allgather:bruck"), so one communicator forces several
+ * algorithms at once, each on its own collectives: the algorithms of one
+ * (mode, rank count) share a test and as few communicators as the most forced
+ * collective needs. The barrier between counts runs forced too, on the first
+ * algorithm that implements it (as when the algorithm was forced alone). */
+#define TC_BARRIER TC_COUNT /* a bit of the masks below: not in the matrix loop */
+
+static const int coll_of_tc[TC_COUNT + 1] = {
+    [TC_ALLREDUCE] = PLAIT_COLL_ALLREDUCE, [TC_REDUCE] = PLAIT_COLL_REDUCE,
+    [TC_REDUCESCATTER] = PLAIT_COLL_REDUCESCATTER, [TC_BROADCAST] = PLAIT_COLL_BROADCAST,
+    [TC_ALLGATHER] = PLAIT_COLL_ALLGATHER, [TC_ALLTOALL] = PLAIT_COLL_ALLTOALL, [TC_GATHER] = PLAIT_COLL_GATHER,
+    [TC_SCATTER] = PLAIT_COLL_SCATTER, [TC_SENDRECV] = -1, [TC_BARRIER] = PLAIT_COLL_BARRIER};
+
+static int algo_id(const char *algo)
 {
-    static const int map[][2] = {{PLAIT_COLL_ALLREDUCE, TC_ALLREDUCE},   {PLAIT_COLL_REDUCE, TC_REDUCE},
-                                 {PLAIT_COLL_REDUCESCATTER, TC_REDUCESCATTER}, {PLAIT_COLL_BROADCAST, TC_BROADCAST},
-                                 {PLAIT_COLL_ALLGATHER, TC_ALLGATHER},   {PLAIT_COLL_ALLTOALL, TC_ALLTOALL},
-                                 {PLAIT_COLL_GATHER, TC_GATHER},         {PLAIT_COLL_SCATTER, TC_SCATTER}};
-    unsigned mask = 0;
     for (int a = 0; a < PLAIT_ALGO_COUNT; a++)
         if (plait_algorithms[a].step && strcmp(plait_algorithms[a].name, algo) == 0)
-            for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-                if (plait_algorithms[a].supports(map[i][0], nranks))
-                    mask |= 1u << map[i][1];
+            return a;
+    return -1;
+}
+
+/* The collectives of the matrix (and the barrier) that `algo` implements on nranks. */
+static unsigned algo_mask(const char *algo, int nranks)
+{
+    const int a = algo_id(algo);
+    unsigned mask = 0;
+    for (int t = 0; a >= 0 && t <= TC_BARRIER; t++)
+        if (coll_of_tc[t] >= 0 && plait_algorithms[a].supports(coll_of_tc[t], nranks))
+            mask |= 1u << t;
     return mask;
 }
 
-static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int nranks)
+/* Runs `m` (colls 0) with each of algos[] forced on each collective it
+ * implements on nranks, the tree with `radix`; returns the communicators used. */
+static int run_forced(enum mr_mode mode, int nranks, const char *const *algos, int nalgos, const char *radix,
+                      const struct matrix *m, double timeout_s)
 {
-    setenv("PLAIT_ALGO", algo, 1);
+    unsigned left[PLAIT_ALGO_COUNT];
+    for (int i = 0; i < nalgos; i++) {
+        left[i] = algo_mask(algos[i], nranks) & ~(1u << TC_BARRIER);
+        cr_assert_neq(left[i], 0u, "%s implements no collective on %d ranks", algos[i], nranks);
+    }
+    int barrier = -1; /* the first algorithm that implements the barrier forces it */
+    for (int i = 0; i < nalgos && barrier < 0; i++)
+        if (algo_mask(algos[i], nranks) & (1u << TC_BARRIER))
+            barrier = i;
     setenv("PLAIT_TREE_RADIX", radix, 1);
-    struct matrix m = {full_counts, 4, 1, algo_mask(algo, nranks)};
-    cr_assert_neq(m.colls, 0u, "%s implements no collective on %d ranks", algo, nranks);
-    run_matrix(mode, nranks, &m);
+    setenv("PLAIT_COLL_TIMEOUT", "120", 1);
+    int comms = 0;
+    for (;;) {
+        char spec[512] = "";
+        size_t o = 0;
+        unsigned taken = 0;
+        for (int i = 0; i < nalgos; i++)
+            for (int t = 0; t < TC_COUNT; t++)
+                if ((left[i] & (1u << t)) && !(taken & (1u << t))) {
+                    o += (size_t)snprintf(spec + o, sizeof(spec) - o, "%s%s:%s", o ? ";" : "",
+                                          plait_coll_name(coll_of_tc[t]), algos[i]);
+                    taken |= 1u << t;
+                    left[i] &= ~(1u << t);
+                }
+        if (!taken)
+            break;
+        if (barrier >= 0) {
+            o += (size_t)snprintf(spec + o, sizeof(spec) - o, ";barrier:%s", algos[barrier]);
+            barrier = -1;
+        }
+        cr_assert_lt(o, sizeof(spec));
+        setenv("PLAIT_ALGO", spec, 1);
+        cr_log_info("%s, %d ranks: PLAIT_ALGO=%s", mr_mode_name(mode), nranks, spec);
+        struct matrix mm = *m;
+        mm.colls = taken;
+        char msg[1024];
+        msg[0] = 0;
+        int failed = mr_run(mode, nranks, matrix_rank, &mm, timeout_s, msg, sizeof(msg));
+        comms++;
+        cr_expect_eq(failed, 0, "%s, %d ranks, PLAIT_ALGO=%s, PLAIT_TREE_RADIX=%s: %d rank(s) failed: %s",
+                     mr_mode_name(mode), nranks, spec, radix, failed, msg);
+    }
+    unsetenv("PLAIT_ALGO");
+    unsetenv("PLAIT_TREE_RADIX");
+    return comms;
 }
 
 /* 16 ranks as threads, one fast case per algorithm: every algorithm of the table
@@ -291,81 +353,58 @@ static void run_algo(const char *algo, const char *radix, enum mr_mode mode, int
 Test(wide, threads_16, .timeout = 900)
 {
     static const size_t counts[] = {0, 1, 4099};
-    int ran = 0;
-    for (int a = 0; a < PLAIT_ALGO_COUNT; a++) {
-        if (!plait_algorithms[a].step)
-            continue;
-        struct matrix m = {counts, 3, 0, algo_mask(plait_algorithms[a].name, 16)};
-        if (!m.colls)
-            continue;
-        setenv("PLAIT_ALGO", plait_algorithms[a].name, 1);
-        setenv("PLAIT_TREE_RADIX", "3", 1);
-        cr_log_info("16 ranks: %s", plait_algorithms[a].name);
-        run_matrix(MR_THREADS, 16, &m);
-        ran++;
-    }
-    cr_assert_gt(ran, 1);
+    static const struct matrix m = {counts, 3, 0, 0};
+    const char *algos[PLAIT_ALGO_COUNT];
+    int n = 0;
+    for (int a = 0; a < PLAIT_ALGO_COUNT; a++)
+        if (plait_algorithms[a].step && (algo_mask(plait_algorithms[a].name, 16) & ~(1u << TC_BARRIER)))
+            algos[n++] = plait_algorithms[a].name;
+    cr_assert_gt(n, 1);
+    run_forced(MR_THREADS, 16, algos, n, "3", &m, 900);
 }
 
-/* tree: radix in the name */
-#define TREE_TEST(radix, mode, n)                                                                                 \
-    Test(algorithms, tree_k##radix##_##mode##_##n, .timeout = 600)                                               \
+static void run_permul(int nranks);
+
+/* The forced algorithms per (mode, rank count), in one test each; `radix` is
+ * the tree's. */
+#define FORCED(mode, n, radix, ...)                                                                               \
+    do {                                                                                                          \
+        static const char *const algos[] = {__VA_ARGS__};                                                        \
+        run_forced(MR_##mode, n, algos, (int)(sizeof(algos) / sizeof(algos[0])), #radix, &full, 600);           \
+    } while (0)
+#define FORCED_TEST(mode, n, radix, ...)                                                                          \
+    Test(algorithms, mode##_##n, .timeout = 900)                                                                 \
     {                                                                                                             \
-        run_algo("tree", #radix, MR_##mode, n);                                                                   \
-    }
-#define ALGO_TEST(algo, mode, n)                                                                                  \
-    Test(algorithms, algo##_##mode##_##n, .timeout = 600)                                                        \
-    {                                                                                                             \
-        run_algo(#algo, "2", MR_##mode, n);                                                                       \
+        FORCED(mode, n, radix, __VA_ARGS__);                                                                      \
     }
 
-TREE_TEST(2, THREADS, 2)
-TREE_TEST(2, THREADS, 5)
-TREE_TEST(2, SHM, 3)
-TREE_TEST(2, SHM, 8)
-TREE_TEST(3, SHM, 7)
-TREE_TEST(4, THREADS, 8)
-TREE_TEST(2, SOCKET, 4)
-TREE_TEST(2, THREADS, 3)
-TREE_TEST(2, SOCKET, 5)
-ALGO_TEST(bruck, THREADS, 2)
-ALGO_TEST(bruck, THREADS, 3)
-ALGO_TEST(bruck, THREADS, 8)
-ALGO_TEST(bruck, SHM, 5)
-ALGO_TEST(bruck, SHM, 7)
-ALGO_TEST(bruck, SOCKET, 4)
-/* recursive */
-ALGO_TEST(recursive, THREADS, 2)
-ALGO_TEST(recursive, THREADS, 5)
-ALGO_TEST(recursive, SHM, 3)
-ALGO_TEST(recursive, SHM, 8)
-ALGO_TEST(recursive, SOCKET, 4)
-ALGO_TEST(recursive, THREADS, 7)
-ALGO_TEST(recursive, SHM, 6)
-/* pat */
-ALGO_TEST(pat, THREADS, 2)
-ALGO_TEST(pat, THREADS, 5)
-ALGO_TEST(pat, SHM, 3)
-ALGO_TEST(pat, SHM, 8)
-ALGO_TEST(pat, SOCKET, 4)
-ALGO_TEST(pat, THREADS, 6)
-/* hier */
-ALGO_TEST(hier, THREADS, 4)
-ALGO_TEST(hier, SHM, 6)
-ALGO_TEST(hier, SOCKET, 4)
-/* oneshot, twoshot */
-ALGO_TEST(oneshot, THREADS, 3)
-ALGO_TEST(oneshot, SHM, 8)
-ALGO_TEST(oneshot, SOCKET, 2)
-ALGO_TEST(twoshot, THREADS, 5)
-ALGO_TEST(twoshot, SHM, 4)
-/* pairwise, linear */
-ALGO_TEST(pairwise, THREADS, 3)
-ALGO_TEST(pairwise, SHM, 8)
-ALGO_TEST(pairwise, SOCKET, 4)
-ALGO_TEST(linear, THREADS, 5)
-ALGO_TEST(linear, SHM, 4)
-ALGO_TEST(bruck, THREADS, 5)
+/* and premulsum with a scalar per rank (below), on every allreduce algorithm */
+Test(algorithms, THREADS_2, .timeout = 900)
+{
+    FORCED(THREADS, 2, 2, "tree", "bruck", "recursive", "pat");
+    run_permul(2);
+}
+
+Test(algorithms, THREADS_3, .timeout = 900)
+{
+    FORCED(THREADS, 3, 2, "tree", "bruck", "oneshot", "pairwise");
+    run_permul(3);
+}
+
+FORCED_TEST(THREADS, 4, 2, "hier")
+FORCED_TEST(THREADS, 5, 2, "tree", "bruck", "recursive", "pat", "twoshot", "linear")
+FORCED_TEST(THREADS, 6, 2, "pat")
+FORCED_TEST(THREADS, 7, 2, "recursive")
+FORCED_TEST(THREADS, 8, 4, "tree", "bruck")
+FORCED_TEST(SHM, 3, 2, "tree", "recursive", "pat")
+FORCED_TEST(SHM, 4, 2, "twoshot", "linear")
+FORCED_TEST(SHM, 5, 2, "bruck")
+FORCED_TEST(SHM, 6, 2, "recursive", "hier")
+FORCED_TEST(SHM, 7, 3, "tree", "bruck")
+FORCED_TEST(SHM, 8, 2, "tree", "recursive", "pat", "oneshot", "pairwise")
+FORCED_TEST(SOCKET, 2, 2, "oneshot")
+FORCED_TEST(SOCKET, 4, 2, "tree", "bruck", "recursive", "pat", "hier", "pairwise")
+FORCED_TEST(SOCKET, 5, 2, "tree")
 /* dissemination: see test_barrier */
 
 /* ---------------------------------------------------------------- premulsum, a scalar per rank */
@@ -463,6 +502,7 @@ static int permul_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
     return bad;
 }
 
+/* Runs last in its test: it leaves PLAIT_CHUNK_SIZE and PLAIT_PROTO set. */
 static void run_permul(int nranks)
 {
     char msg[1024];
@@ -485,12 +525,3 @@ static void run_permul(int nranks)
     cr_assert_eq(ran, 2, "oneshot and twoshot must both run");
 }
 
-Test(algorithms, premulsum_per_rank_THREADS_2, .timeout = 600)
-{
-    run_permul(2);
-}
-
-Test(algorithms, premulsum_per_rank_THREADS_3, .timeout = 600)
-{
-    run_permul(3);
-}
