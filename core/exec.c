@@ -748,7 +748,7 @@ static void add_comm(struct run_comms *rc, struct plait_comm *c)
 
 /* Socket connections need progress even when no task is waiting on them:
  * committed slots must leave and arriving ones must land. */
-static plait_result_t progress_sockets(struct plait_comm *comm, int *all_flushed)
+static plait_result_t progress_tcp(struct plait_comm *comm, int *all_flushed)
 {
     struct plait_conn **conns = comm->conns;
     for (int i = 0; i < comm->nranks * comm->ncls; i++) {
@@ -955,7 +955,7 @@ plait_result_t plait_exec_run(struct plait_op *ops)
         for (int i = 0; i < rc.n; i++) {
             if (!rc.has_progress[i])
                 continue;
-            plait_result_t res = progress_sockets(rc.list[i], &flushed);
+            plait_result_t res = progress_tcp(rc.list[i], &flushed);
             if (res) {
                 status = res;
                 failed_comm = rc.list[i];
@@ -990,11 +990,11 @@ plait_result_t plait_exec_run(struct plait_op *ops)
                         break;
                     }
                 if (op) {
-                    struct plait_waits w = {0};
+                    struct plait_waits ws = {0};
                     for (int i = 0; i < ntasks; i++)
                         if (all[i]->op == op)
-                            task_waits(all[i], &w);
-                    status = plait_timeout_error(op, timeout, &w);
+                            task_waits(all[i], &ws);
+                    status = plait_timeout_error(op, timeout, &ws);
                 } else {
                     status = plait_error(PLAIT_ERR_TIMEOUT,
                                          "an operation did not complete within PLAIT_COLL_TIMEOUT=%g s", timeout);

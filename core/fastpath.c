@@ -445,6 +445,7 @@ plait_result_t plait_fast_run(struct plait_op *op)
      * finds its peers' data spends no time on it. */
     struct plait_waiter w;
     plait_waiter_init(&w, comm->spin_ns, comm->set.coll_timeout_s);
+    plait_waiter_cheap_polls(&w);
     for (;;) {
         int r = plait_fast_advance(&t, &status);
         if (r == FAST_DONE)

@@ -126,6 +126,12 @@ plait_result_t plait_plan_make(struct plait_comm *comm, const struct plait_call 
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
         return plait_error(PLAIT_ERR_INVALID_USAGE, "%s: rank %d: the communicator was aborted", call->name,
                            comm->rank);
+    /* The tuner offers the small-message path only where plait_fast_eligible
+     * holds (core/tuner_comm.c: small_for at init, small_here per call), so it
+     * is not asked again. In the one race where that changed since (an abort
+     * on another thread tore the boxes down while the model ran), the flag
+     * read just above, or plait_fast_run's plait_op_enter, refuses the call
+     * before anything touches comm->fast: keep that order. */
     const int small = choice.proto == PLAIT_MPROTO_LL;
     if (small && plan.executor == PLAIT_EXEC_CPU) {
         plan.path = PLAIT_PATH_SMALL;
@@ -157,7 +163,10 @@ plait_result_t plait_plan_make(struct plait_comm *comm, const struct plait_call 
     if (small && plait_cuda_ll_ok(comm))
         plan.wire = PLAIT_WIRE_LL;
     plan.algo = choice.algo;
-    int nch = choice.nchannels; /* 1..comm->nchannels (plait_tuner_choose) */
+    /* 1..comm->nchannels by plait_tuner_choose's contract; kept in range here
+     * as well (one compare), so a tuner bug cannot make an op of no task or of
+     * tasks past the connection classes. */
+    int nch = choice.nchannels >= 1 && choice.nchannels <= comm->nchannels ? choice.nchannels : comm->nchannels;
     /* The CTA cap (part of the comm's nchannels already when positive): 0
      * leaves device collectives one CTA (copy engines take allgather and
      * broadcast where they can, core/cuda/ce.c). */

@@ -23,10 +23,11 @@
  * A poll that moved something calls plait_wait_moved: the next idle poll
  * starts the policy over (the deadline stays).
  *
- * The clock is read only once the loop has to wait, and while it spins only
- * every 64th poll: a wait that ends within a few polls (the small-message
- * path's common case) costs no clock read, no atomic and no allocation. The
- * deadline counts from the first idle poll.
+ * The clock is read only once the loop has to wait; while a loop of cheap
+ * polls (the small-message path: plait_waiter_cheap_polls) spins, only every
+ * 64th poll: a wait that ends within a few polls (that path's common case)
+ * costs no clock read, no atomic and no allocation. The deadline counts from
+ * the first idle poll.
  *
  * The bookkeeping (plait_op_enter ... plait_op_leave) is the same for every
  * path that runs an operation on a communicator: see plait_op_enter. */
@@ -52,7 +53,9 @@ struct plait_waiter {
     uint64_t nap_ns;       /* the current sleep; 0 before the first */
     double timeout_s;      /* the deadline's distance from the first idle poll; <= 0: none */
     double deadline;       /* plait_deadline(timeout_s), set at the first idle poll; 0 = none */
-    unsigned polls;        /* idle polls, for reading the clock every 64th while spinning */
+    unsigned polls;        /* idle polls, for reading the clock less often while spinning */
+    unsigned clock_mask;   /* while spinning, read the clock on polls where (polls & mask) == 0:
+                            * 0 (every poll) unless plait_waiter_cheap_polls */
     int spin_ns;           /* poll (plait_cpu_relax) this long before yielding; 0 = never */
     int is_spinning;       /* the last clock read found the wait within spin_ns */
 };
@@ -71,8 +74,18 @@ static inline void plait_waiter_init(struct plait_waiter *w, int spin_ns, double
     w->timeout_s = timeout_s;
     w->deadline = 0;
     w->polls = 0;
+    w->clock_mask = 0;
     w->spin_ns = spin_ns > 0 ? spin_ns : 0;
     w->is_spinning = 0;
+}
+
+/* For a loop whose poll is a few loads (the small-message path): while
+ * spinning, the clock is read on every 64th idle poll only. A costly poll (the
+ * executor's pass over its tasks, the proxy's socket calls) keeps the default:
+ * the clock on every poll, so the spin lasts spin_ns and no longer. */
+static inline void plait_waiter_cheap_polls(struct plait_waiter *w)
+{
+    w->clock_mask = 63;
 }
 
 /* Changes the pause policy of an initialised waiter (a proxy thread, a
@@ -101,7 +114,7 @@ static inline void plait_wait_moved(struct plait_waiter *w)
  * checks are due (every PLAIT_WAIT_CHECK_NS of waiting), else 0. */
 static inline int plait_wait_idle(struct plait_waiter *w)
 {
-    if (w->is_spinning && w->idle_since && (++w->polls & 63) != 0) {
+    if (w->is_spinning && w->idle_since && (++w->polls & w->clock_mask) != 0) {
         plait_cpu_relax();
         return 0;
     }

@@ -451,6 +451,7 @@ static void *proxy_main(void *arg)
         const int ce = ce_busy(px);
         if (target <= finished && !ce) {
             proxy_idle(px);
+            plait_wait_moved(&w); /* the next launch starts the spin over */
             continue;
         }
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
