@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "core/comm.h"
 #include "core/fastpath.h"
+#include "core/progress.h"
 #include "topology/topo.h"
 #include "transports/transport.h"
 
@@ -273,13 +274,13 @@ static uint64_t fill_entry(const struct plait_comm *comm, const struct plait_tun
 /* fill_entry for a call: the model runs for milliseconds, so the
  * communicator is held busy meanwhile (as plait_exec_run holds it): an abort
  * from another thread waits for the model, then the caller sees its flag
- * (enqueue.c) before it touches anything the abort released. The tuner itself
+ * (core/plan.c) before it touches anything the abort released. The tuner itself
  * lives as long as the communicator's struct (plait_tuner_free). */
 static uint64_t fill_locked(struct plait_comm *comm, const struct plait_tuner *t, int coll, int b, int only)
 {
-    __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    (void)plait_op_enter(comm); /* the flag is read by the planner once the tuner returns */
     const uint64_t e = fill_entry(comm, t, coll, b, only);
-    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    plait_op_leave(comm);
     return e;
 }
 

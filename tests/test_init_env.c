@@ -130,27 +130,27 @@ static void expect_job_ok(enum launcher l, int nranks, const char *secret)
                  codes[1]);
 }
 
-Test(launch, plait_variables, .timeout = 60)
+Test(init_env, plait_variables, .timeout = 60)
 {
     expect_job_ok(L_PLAIT, 3, "s3cr3t");
 }
 
-Test(launch, torchrun_variables_use_master_port_plus_one, .timeout = 60)
+Test(init_env, torchrun_variables_use_master_port_plus_one, .timeout = 60)
 {
     expect_job_ok(L_TORCHRUN, 3, "s3cr3t");
 }
 
-Test(launch, open_mpi_variables, .timeout = 60)
+Test(init_env, open_mpi_variables, .timeout = 60)
 {
     expect_job_ok(L_OMPI, 2, "s3cr3t");
 }
 
-Test(launch, slurm_variables_unauthenticated, .timeout = 60)
+Test(init_env, slurm_variables_unauthenticated, .timeout = 60)
 {
     expect_job_ok(L_SLURM, 2, NULL);
 }
 
-Test(launch, a_rank_with_another_secret_is_refused, .timeout = 60)
+Test(init_env, a_rank_with_another_secret_is_refused, .timeout = 60)
 {
     struct job j = {.launcher = L_PLAIT, .nranks = 2, .port = free_port()};
     j.secret[0] = "right";
@@ -162,7 +162,7 @@ Test(launch, a_rank_with_another_secret_is_refused, .timeout = 60)
     cr_assert_neq(codes[1], PLAIT_SUCCESS);
 }
 
-Test(launch, no_launcher_environment)
+Test(init_env, no_launcher_environment)
 {
     unsetenv("PLAIT_RANK");
     unsetenv("RANK");
@@ -183,7 +183,7 @@ Test(launch, no_launcher_environment)
     cr_assert(strstr(plait_get_last_error(NULL), "PLAIT_RANK"), "%s", plait_get_last_error(NULL));
 }
 
-Test(launch, unauthenticated_bootstrap_warns, .timeout = 60)
+Test(init_env, unauthenticated_bootstrap_warns, .timeout = 60)
 {
     char path[] = "/tmp/plait-launch-log-XXXXXX";
     int fd = mkstemp(path);
@@ -203,7 +203,7 @@ Test(launch, unauthenticated_bootstrap_warns, .timeout = 60)
 /* Without PLAIT_DEBUG the warning still reaches stderr, once per process, even
  * when the process meets the unauthenticated bootstrap twice (plait_get_unique_id
  * under PLAIT_COMM_ID, then the launch). */
-Test(launch, unauthenticated_warning_once_without_debug, .timeout = 60)
+Test(init_env, unauthenticated_warning_once_without_debug, .timeout = 60)
 {
     struct job j = {.launcher = L_PLAIT, .nranks = 2, .port = free_port()};
     char paths[2][64];
