@@ -18,7 +18,7 @@ STAGES=(
     "cuda 300 cuda"
     "nccl 120 nccl"
     "collectives 180 collectives"
-    "algorithms 480 algorithms"
+    "algorithms 300 algorithms"
     "unit 480 unit"
     "behaviour 300 behaviour"
     "rest 300 -"
