@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "base/util.h"
+#include "tests/net_util.h"
 
 #define LO "lo"
 
@@ -46,23 +47,6 @@ static union plait_sockaddr uid_root(const plait_unique_id_t *id)
     struct plait_uid u;
     memcpy(&u, id->internal, sizeof(u));
     return u.root;
-}
-
-static union plait_sockaddr parse(const char *s)
-{
-    union plait_sockaddr a;
-    cr_assert_eq(plait_sock_parse_addr(s, &a), PLAIT_SUCCESS, "parse %s: %s", s, plait_last_error_get());
-    return a;
-}
-
-/* A free loopback port: bind port 0, read it, close. */
-static union plait_sockaddr free_loopback_port(void)
-{
-    union plait_sockaddr a = parse("127.0.0.1:0");
-    int fd;
-    cr_assert_eq(plait_sock_listen(&a, &fd), PLAIT_SUCCESS);
-    close(fd);
-    return a;
 }
 
 static const uint8_t test_secret[PLAIT_SECRET_BYTES] = "0123456789abcdef0123456789abcde";

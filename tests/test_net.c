@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "base/util.h"
+#include "tests/net_util.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -24,23 +25,6 @@ static void sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-static union plait_sockaddr parse(const char *s)
-{
-    union plait_sockaddr a;
-    cr_assert_eq(plait_sock_parse_addr(s, &a), PLAIT_SUCCESS, "parse %s: %s", s, plait_last_error_get());
-    return a;
-}
-
-/* A free loopback port: bind port 0, read it, close. */
-static union plait_sockaddr free_loopback_port(void)
-{
-    union plait_sockaddr a = parse("127.0.0.1:0");
-    int fd;
-    cr_assert_eq(plait_sock_listen(&a, &fd), PLAIT_SUCCESS);
-    close(fd);
-    return a;
 }
 
 /* A connected TCP pair on loopback. */
