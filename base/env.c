@@ -36,6 +36,9 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_TRANSPORT", NULL, "auto",
      "auto: shared memory between processes of one host, in-process memory between threads of one process, TCP "
      "between hosts; socket: TCP between every pair of distinct ranks."},
+    {"PLAIT_RUNTIME_CONNECT", "NCCL_RUNTIME_CONNECT", "1",
+     "1: a communicator connects its ring neighbours at init and every other peer (other algorithms' peers, "
+     "point-to-point peers) when a call first needs it; 0: every connection at init. The same on every rank."},
     {"PLAIT_HOSTID", NULL, "",
      "Host identity used to group ranks into nodes. Default: host name plus network namespace, so namespaces act as "
      "separate hosts."},
@@ -203,6 +206,7 @@ const struct plait_env_number plait_env_numbers[] = {
     {"PLAIT_NRANKS", PLAIT_ENV_INTEGER, 0, 1, 1 << 30},
     {"PLAIT_PORT_OFFSET", PLAIT_ENV_INTEGER, 0, 0, 65535},
     {"PLAIT_CMA", PLAIT_ENV_INTEGER, 1, 0, 1},
+    {"PLAIT_RUNTIME_CONNECT", PLAIT_ENV_INTEGER, 0, 0, 1},
     {"PLAIT_CMA_MIN_BYTES", PLAIT_ENV_BYTES, 0, 0, 1099511627776.0},
     {"PLAIT_CUDA", PLAIT_ENV_INTEGER, 1, 0, 1},
     {"PLAIT_KB_EMU_THREADS", PLAIT_ENV_INTEGER, 0, 1, 64},

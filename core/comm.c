@@ -263,6 +263,7 @@ static void comm_free(struct plait_comm *comm)
     plait_tuner_free(comm);
     pthread_mutex_destroy(&comm->async_lock);
     pthread_mutex_destroy(&comm->peers_lock);
+    pthread_mutex_destroy(&comm->conn_lock);
     comm->magic = 0;
     plait_handle_retire(PLAIT_HANDLE_COMM, comm); /* its address is not given to the next communicator at once */
 }
@@ -338,6 +339,7 @@ static struct plait_comm *comm_alloc(int rank, int nranks, const plait_config_t 
     }
     pthread_mutex_init(&comm->async_lock, NULL);
     pthread_mutex_init(&comm->peers_lock, NULL);
+    pthread_mutex_init(&comm->conn_lock, NULL);
     if (config) {
         if (config->blocking != PLAIT_CONFIG_UNDEF_INT)
             comm->blocking = config->blocking != 0;
@@ -523,6 +525,8 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     }
 out:
     free(cards);
+    if (!status)
+        comm->init_done = 1;
     return status;
 }
 

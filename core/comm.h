@@ -68,8 +68,15 @@ struct plait_comm {
     int nchannels;
     int ncls;               /* nchannels + 1: the last class is point-to-point */
     struct plait_conn **conns;
-    uint8_t *tp_of;         /* transport id per peer */
-    void *tp_state[PLAIT_TP_COUNT];
+    uint8_t *tp_of;         /* per peer: the transport that joins us (an index in plait_transports) */
+    void *tp_ctx[PLAIT_TP_MAX];          /* per transport: its context (NULL: nothing on this rank) */
+    struct plait_tp_env tp_env[PLAIT_TP_MAX]; /* per transport: what it knows of the communicator */
+    struct plait_tp_rank *tp_ranks;      /* [nranks]: what every transport knows of each rank */
+    pthread_mutex_t conn_lock;           /* connections being made (comm_transport.c) */
+    uint8_t *conn_state;                 /* [peer * ncls + cls]: being made, failed (comm_transport.c) */
+    double *conn_since;                  /* [peer * ncls + cls]: when its making started */
+    int nconns_made;                     /* connections made so far */
+    int init_done;                       /* init has returned: connections are made on first use */
     int *pidfds;            /* per peer: pidfd of a same-host process, else -1 */
     uint8_t *peer_exited;   /* per peer: its process is known gone (its pidfd fired) */
     /* Operation counters {issued, completed}: ours are published where same-host
@@ -146,6 +153,7 @@ struct plait_task {
     uint64_t sc_rx_base;
     struct plait_sc_pending sc_pend[PLAIT_SC_PENDING];
     int has_step;
+    uint8_t step_ready;      /* the current step's connections exist (made on first use, exec.c) */
     int done;
     int is_fast;             /* runs on the small-message path (fastpath.c), not through FIFOs */
     int fast_next;           /* small-message path: the next rank whose data is consumed */
@@ -260,14 +268,46 @@ int plait_stream_cuda(plait_stream_t stream, void **cu_stream_out);
 /* Records an error found asynchronously on comm (first one wins). */
 void plait_comm_set_async_error(struct plait_comm *comm, plait_result_t res, const char *msg);
 
-/* Transports at init and destroy (core/comm_transport.c). setup: picks each
- * peer's transport (plait_pair_transport, into tp_of) and runs every
- * transport's collective setup in order; the error names the transport.
- * teardown: every transport's teardown, in reverse order. */
+/* Transports and connections (core/comm_transport.c), the one module that
+ * enumerates peers and owns the connection table.
+ * setup: gives every transport its environment, picks each pair's transport
+ * (the highest can_join), runs every transport's init in table order, then
+ * makes the connections (every connect() before any accept()); the error
+ * names the transport. teardown: releases them, in reverse order. */
 plait_result_t plait_comm_transports_setup(struct plait_comm *comm);
 void plait_comm_transports_teardown(struct plait_comm *comm);
 /* The name of the transport that joins this rank to `peer` ("shm", ...). */
 const char *plait_comm_transport_name(const struct plait_comm *comm, int peer);
+/* The transport (an index in plait_transports) that joins ranks a and b: a
+ * pure, symmetric function of what every rank knows, so both ends and third
+ * parties agree. */
+int plait_comm_pair_tp(const struct plait_comm *comm, int a, int b);
+/* What the pair (a, b) is joined by (its transport's query; a zeroed info
+ * with link PLAIT_LC_NONE before the transports are set up). */
+void plait_comm_pair_info(const struct plait_comm *comm, int a, int b, struct plait_tp_info *info);
+/* Whether `cls` of the pair (rank, peer) gets a connection: ring channels join
+ * the peers the algorithms may use, the point-to-point class joins every pair
+ * (self included). */
+int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls);
+/* Moves the data of every connection of comm's transports that need it
+ * (sockets); *all_flushed = 0 when one still holds committed sends. */
+plait_result_t plait_comm_transports_progress(struct plait_comm *comm, int *all_flushed);
+/* Moves c's data (its transport's progress for c); a failure because the
+ * peer went away names the rank that failed first, as a wait would. */
+plait_result_t plait_conn_progress(struct plait_comm *comm, struct plait_conn *c);
+/* The connection (peer, cls), made on first use: *out is NULL while it is
+ * being made (the caller waits and asks again); an error when it cannot be. */
+plait_result_t plait_comm_conn_get(struct plait_comm *comm, int peer, int cls, struct plait_conn **out);
+/* Makes every connection this rank may need (the CUDA backend builds its
+ * device connections from them at init), polling until each is made. */
+plait_result_t plait_comm_connect_all(struct plait_comm *comm);
+/* Connections made so far (tests, statistics). */
+int plait_comm_conns_made(const struct plait_comm *comm);
+/* Whether comm has connections that need progress (sockets). */
+int plait_comm_needs_progress(const struct plait_comm *comm);
+
+/* "rank R (host H)" for messages. */
+const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len);
 
 /* Dead peers (core/comm_liveness.c). watch: a pidfd for every same-host peer
  * in another process (pidfds[p], -1 where none or where pidfd_open failed);

@@ -30,7 +30,9 @@ void plait_comm_watch_peers(struct plait_comm *comm)
     /* Same host, other process: watch its pid for an exit. */
     const int n = comm->nranks, me = comm->rank;
     for (int p = 0; p < n; p++) {
-        if (p == me || comm->ranks[p].host_index != comm->host_index || comm->tp_of[p] == PLAIT_TP_INPROC)
+        const struct plait_rank_info *rp = &comm->ranks[p], *rm = &comm->ranks[me];
+        if (p == me || rp->host_index != comm->host_index ||
+            (rp->pid == rm->pid && rp->process_token == rm->process_token))
             continue;
         int fd = (int)syscall(SYS_pidfd_open, (pid_t)comm->ranks[p].pid, 0);
         if (fd < 0)

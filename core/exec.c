@@ -45,16 +45,9 @@ static plait_result_t peer_gone_error(const struct plait_task *t, int peer, cons
                                op->comm->rank);
 }
 
-/* Moves a socket connection's bytes. A failure because the peer went away
- * names the rank that failed first, as a wait on the peer would. */
 static plait_result_t conn_progress(struct plait_comm *comm, struct plait_conn *c)
 {
-    plait_result_t res = c->tp->progress(c);
-    if (res == PLAIT_SUCCESS || !plait_conn_peer_gone(c))
-        return res;
-    char detail[512];
-    snprintf(detail, sizeof(detail), "%s", plait_last_error_get());
-    return plait_comm_peer_gone(comm, c->peer, detail);
+    return plait_conn_progress(comm, c);
 }
 
 static int fetch_step(struct plait_task *t)
@@ -81,6 +74,41 @@ static struct plait_conn *step_conn(struct plait_task *t, int peer, const char *
     if (c->needs_progress && (*err = conn_progress(comm, c)) != PLAIT_SUCCESS)
         return NULL;
     return c;
+}
+
+/* Whether the connections of the task's current step exist (1), are being
+ * made (0: the task waits, the loop goes on), or cannot be (-1, *err). */
+static int step_conns_ready(struct plait_task *t, plait_result_t *err)
+{
+    const struct plait_step *st = &t->step;
+    if (st->count == 0 || st->kind == PLAIT_STEP_COPY || st->kind == PLAIT_STEP_REDUCE)
+        return 1;
+    const int sr = plait_step_is_sendrecv(st->kind);
+    const unsigned ops = sr ? PLAIT_PIECE_RECV | PLAIT_PIECE_SEND : plait_piece_ops(st->kind);
+    struct plait_comm *comm = t->op->comm;
+    int ready = 1;
+    for (int k = 0; k < 2; k++) {
+        if (!(ops & (k ? PLAIT_PIECE_SEND : PLAIT_PIECE_RECV)))
+            continue;
+        const int peer = k ? st->send_peer : st->recv_peer;
+        if (peer >= 0 && peer < comm->nranks && comm->conns[peer * comm->ncls + t->cls])
+            continue;
+        if (peer < 0 || peer >= comm->nranks || !plait_conn_needed(comm, comm->rank, peer, t->cls)) {
+            struct plait_op *op = t->op;
+            *err = plait_error(PLAIT_ERR_INTERNAL,
+                               "%s (operation #%llu) on rank %d: the schedule %s rank %d on channel %d, which has no "
+                               "connection there (a generator/peer-set mismatch)",
+                               op->name, (unsigned long long)op->seq, comm->rank, k ? "sends to" : "receives from",
+                               peer, t->cls);
+            return -1;
+        }
+        struct plait_conn *c = NULL;
+        if ((*err = plait_comm_conn_get(comm, peer, t->cls, &c)))
+            return -1;
+        if (!c)
+            ready = 0;
+    }
+    return ready;
 }
 
 static plait_result_t size_mismatch(const struct plait_task *t, int peer, uint64_t got, size_t bytes)
@@ -147,7 +175,7 @@ static int sc_wants(struct plait_task *t, const struct plait_conn *c, uint64_t b
     if (t->cls == t->op->comm->ncls - 1 && !t->op->grouped)
         return 0;
     if (c->sc_mode == PLAIT_SC_NONE || bytes == 0 ||
-        bytes < (c->sc_mode == PLAIT_SC_CMA ? set->cma_min_bytes : set->cma_local_min_bytes))
+        bytes < (c->sc_mode == PLAIT_SC_READ ? set->cma_min_bytes : set->cma_local_min_bytes))
         return 0;
     return t->sc_npend < PLAIT_SC_PENDING || sc_prune(t) < PLAIT_SC_PENDING;
 }
@@ -260,19 +288,12 @@ static plait_result_t sc_copy(const struct plait_task *t, const struct plait_con
         return PLAIT_SUCCESS;
     }
     size_t done = 0;
-    while (done < len) {
-        struct iovec local = {(char *)dst + done, len - done};
-        struct iovec remote = {(void *)(uintptr_t)(addr + done), len - done};
-        ssize_t r = process_vm_readv((pid_t)c->sc_pid, &local, 1, &remote, 1, 0);
-        if (r > 0) {
-            done += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == ESRCH)
-            return peer_gone_error(t, c->peer, "while this rank read the bytes it published for single copy");
-        const int e = r < 0 ? errno : 0;
+    const int e = c->tp->remote_read ? c->tp->remote_read(c, dst, addr, len, &done) : ENOSYS;
+    if (e == 0)
+        return PLAIT_SUCCESS;
+    if (e == ESRCH)
+        return peer_gone_error(t, c->peer, "while this rank read the bytes it published for single copy");
+    {
         const struct plait_op *op = t->op;
         char who[160];
         return plait_error(PLAIT_ERR_REMOTE,
@@ -280,9 +301,8 @@ static plait_result_t sc_copy(const struct plait_task *t, const struct plait_con
                            "of %s failed after %zu bytes: %s",
                            op->name, (unsigned long long)op->seq, op->comm->rank, len, (unsigned long long)addr,
                            plait_peer_str(op->comm, c->peer, who, sizeof(who)), done,
-                           e ? strerror(e) : "no progress");
+                           e == EIO ? "no progress" : strerror(e));
     }
-    return PLAIT_SUCCESS;
 }
 
 /* Reads len bytes at the peer's address `addr` into dst, from the descriptor
@@ -465,6 +485,17 @@ static int task_advance(struct plait_task *t, plait_result_t *err)
             t->recv_off = 0;
             t->sc_rx_active = 0;
             t->sc_fwd = 0;
+            t->step_ready = 0;
+        }
+        if (!t->step_ready) {
+            /* A step starts once its connections exist: those not made at
+             * init are made on first use, without blocking the loop. */
+            const int ready = step_conns_ready(t, err);
+            if (ready < 0)
+                return ADV_ERROR;
+            if (!ready)
+                return progressed ? ADV_PROGRESSED : ADV_BLOCKED;
+            t->step_ready = 1;
             /* A forwarding step sends what it writes to dst: when that is
              * large, it receives (and reduces) the whole step first, then
              * publishes dst as one descriptor. Decided here, once: nothing
@@ -710,12 +741,16 @@ static void task_waits(struct plait_task *t, struct plait_waits *w)
     if ((ops & PLAIT_PIECE_RECV) && recv_left && st->recv_peer >= 0 && st->recv_peer < comm->nranks) {
         struct plait_conn *c = comm->conns[st->recv_peer * comm->ncls + t->cls];
         uint32_t got;
-        if (c && !plait_conn_recv_slot(c, &got))
+        if (!c)
+            plait_waits_add(w, st->recv_peer, "its side of a connection made on first use");
+        else if (!plait_conn_recv_slot(c, &got))
             plait_waits_add(w, st->recv_peer, "its data");
     }
     if ((ops & PLAIT_PIECE_SEND) && t->piece_off < st->count && st->send_peer >= 0 && st->send_peer < comm->nranks) {
         struct plait_conn *c = comm->conns[st->send_peer * comm->ncls + t->cls];
-        if (c && !plait_conn_send_slot(c))
+        if (!c)
+            plait_waits_add(w, st->send_peer, "its side of a connection made on first use");
+        else if (!plait_conn_send_slot(c))
             plait_waits_add(w, st->send_peer, "room in its FIFO: it has not read what this rank sent");
     }
 }
@@ -736,10 +771,7 @@ static void add_comm(struct run_comms *rc, struct plait_comm *c)
     if (rc->n < (int)(sizeof(rc->list) / sizeof(rc->list[0]))) {
         /* Scanned once per run rather than on every pass of the polling loop:
          * the connections of a communicator do not change while it runs. */
-        int any = 0;
-        for (int i = 0; i < c->nranks * c->ncls && !any; i++)
-            any = c->conns[i] && c->conns[i]->needs_progress;
-        rc->has_progress[rc->n] = any;
+        rc->has_progress[rc->n] = plait_comm_needs_progress(c);
         rc->list[rc->n++] = c;
     } else {
         rc->overflow = 1;
@@ -750,21 +782,7 @@ static void add_comm(struct run_comms *rc, struct plait_comm *c)
  * committed slots must leave and arriving ones must land. */
 static plait_result_t progress_tcp(struct plait_comm *comm, int *all_flushed)
 {
-    struct plait_conn **conns = comm->conns;
-    for (int i = 0; i < comm->nranks * comm->ncls; i++) {
-        struct plait_conn *c = conns[i];
-        if (!c || !c->needs_progress)
-            continue;
-        plait_result_t res = conn_progress(comm, c);
-        if (res)
-            return res;
-        if (!c->tp->is_flushed(c)) {
-            if (plait_conn_peer_gone(c))
-                return plait_comm_peer_gone(comm, c->peer, "before it received our data");
-            *all_flushed = 0;
-        }
-    }
-    return PLAIT_SUCCESS;
+    return plait_comm_transports_progress(comm, all_flushed);
 }
 
 /* Runs of at most this many tasks keep their task list on the stack and find

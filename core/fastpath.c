@@ -7,7 +7,9 @@
  * between two cores. Here a call pushes its data straight into a box in each
  * peer's segment and reads the boxes the peers pushed into its own.
  *
- * Boxes. Every rank's shm/inproc segment ends with a region holding, for each
+ * Boxes. Every rank's region in its segment (of a transport that holds the
+ * core's region: shm, inproc; core/comm_transport.c) holds, after the
+ * operation counters, for each
  * writer rank w, two boxes (parity 0 and 1) of BOX_BYTES: an 8-byte tag, then
  * up to PLAIT_FAST_MAX_BYTES of data. Only w writes its boxes; only the owner
  * reads them. The writer stores the data with plain stores and then publishes
@@ -56,7 +58,6 @@
 enum { FAST_BLOCKED = 0, FAST_PROGRESSED = 1, FAST_DONE = 2, FAST_ERROR = 3 };
 
 struct plait_fast {
-    int tp_id;
     /* Every rank can have a core of its own (the host's graph, the same on
      * every rank, has at least nranks cores): broadcast and reduce take the
      * path only then. Oversubscribed, their FIFO form is faster: the root
@@ -70,22 +71,22 @@ struct plait_fast {
     _Alignas(64) char stash[PLAIT_FAST_MAX_BYTES];
 };
 
-static int all_pairs_on(const struct plait_comm *comm, int tp_id)
+static int all_pairs_on(const struct plait_comm *comm, int t)
 {
     for (int a = 0; a < comm->nranks; a++)
         for (int b = a + 1; b < comm->nranks; b++)
-            if (plait_pair_transport(comm, a, b) != tp_id)
+            if (plait_comm_pair_tp(comm, a, b) != t)
                 return 0;
     return 1;
 }
 
-size_t plait_fast_region_bytes(const struct plait_comm *comm, int tp_id)
+size_t plait_fast_region_bytes(const struct plait_comm *comm, int t)
 {
     if (comm->nranks < 2 || comm->nranks > PLAIT_FAST_MAX_RANKS || comm->set.proto == PLAIT_PROTO_SIMPLE)
         return 0;
-    if (tp_id != PLAIT_TP_SHM && tp_id != PLAIT_TP_INPROC)
-        return 0;
-    if (!all_pairs_on(comm, tp_id))
+    struct plait_tp_info info;
+    plait_comm_pair_info(comm, 0, 1, &info);
+    if (!info.region || !all_pairs_on(comm, t))
         return 0;
     return (size_t)comm->nranks * 2 * BOX_BYTES;
 }
@@ -111,14 +112,13 @@ static int fits_cores(const struct plait_comm *comm)
     return cores >= comm->nranks;
 }
 
-void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, const size_t *region_off)
+void plait_fast_attach(struct plait_comm *comm, char *const *boxes)
 {
     const int n = comm->nranks, me = comm->rank;
     struct plait_fast *f = NULL;
     if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0)
         return;
     memset(f, 0, sizeof(*f));
-    f->tp_id = tp_id;
     f->fits_cores = fits_cores(comm);
     f->rx = calloc((size_t)n, sizeof(char *));
     f->tx = calloc((size_t)n, sizeof(char *));
@@ -131,8 +131,8 @@ void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, co
     for (int p = 0; p < n; p++) {
         if (p == me)
             continue;
-        f->rx[p] = base[me] + region_off[me] + (size_t)p * 2 * BOX_BYTES;
-        f->tx[p] = base[p] + region_off[p] + (size_t)me * 2 * BOX_BYTES;
+        f->rx[p] = boxes[me] + (size_t)p * 2 * BOX_BYTES;
+        f->tx[p] = boxes[p] + (size_t)me * 2 * BOX_BYTES;
     }
     comm->fast = f;
     PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
@@ -140,10 +140,10 @@ void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, co
                n, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
 }
 
-void plait_fast_detach(struct plait_comm *comm, int tp_id)
+void plait_fast_detach(struct plait_comm *comm)
 {
     struct plait_fast *f = comm->fast;
-    if (!f || f->tp_id != tp_id)
+    if (!f)
         return;
     comm->fast = NULL;
     free(f->rx);

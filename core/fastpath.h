@@ -18,20 +18,21 @@ struct plait_op;
 struct plait_task;
 
 
-/* Bytes of the small-message region a rank's segment of transport tp_id (shm or
- * inproc) carries: nonzero only when every pair of ranks of the communicator
- * uses that transport, 2 <= nranks <= PLAIT_FAST_MAX_RANKS and PLAIT_PROTO
+/* Bytes of the small-message boxes in each rank's region of transport t
+ * (an index in plait_transports): nonzero only when every pair of distinct
+ * ranks of the communicator is joined by t, t holds a region for the core
+ * (its query's `region`), 2 <= nranks <= PLAIT_FAST_MAX_RANKS and PLAIT_PROTO
  * allows it. A pure function of what every rank knows, so every rank computes
  * the same size for every segment. */
-size_t plait_fast_region_bytes(const struct plait_comm *comm, int tp_id);
+size_t plait_fast_region_bytes(const struct plait_comm *comm, int t);
 
-/* Called by the transport once every segment is mapped: base[r] is rank r's
- * segment and region_off[r] where its small-message region starts. Sets
- * comm->fast (left NULL when out of memory: the FIFO path is always there). */
-void plait_fast_attach(struct plait_comm *comm, int tp_id, char *const *base, const size_t *region_off);
+/* Called by the core once transport t's segments are mapped: boxes[r] is
+ * where the boxes are in rank r's region. Sets comm->fast (left NULL when out
+ * of memory: the FIFO path is always there). */
+void plait_fast_attach(struct plait_comm *comm, char *const *boxes);
 
-/* Frees comm->fast if transport tp_id made it (before the segments go). */
-void plait_fast_detach(struct plait_comm *comm, int tp_id);
+/* Frees comm->fast (before the segments go). */
+void plait_fast_detach(struct plait_comm *comm);
 
 /* Whether a collective of `bytes` per rank pair takes the small-message path:
  * the same answer on every rank for matching calls (it reads only agreed

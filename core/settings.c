@@ -145,6 +145,9 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         return res;
     if (!tp && v != 0)
         s->transport_force = PLAIT_FORCE_TCP;
+    if ((res = plait_env_number("PLAIT_RUNTIME_CONNECT", &v, NULL)))
+        return res;
+    s->runtime_connect = v != 0;
     warn_nccl_only_settings();
     if ((res = parse_proto(&s->proto)))
         return res;
@@ -229,6 +232,10 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
         snprintf(buf, len, "%s vs %s", names[a->cma >= 0 && a->cma < 3 ? a->cma : 3],
                  names[b->cma >= 0 && b->cma < 3 ? b->cma : 3]);
         return "PLAIT_CMA";
+    }
+    if (a->runtime_connect != b->runtime_connect) {
+        snprintf(buf, len, "%d vs %d", a->runtime_connect != 0, b->runtime_connect != 0);
+        return "PLAIT_RUNTIME_CONNECT (or NCCL_RUNTIME_CONNECT)";
     }
     if (a->transport_force != b->transport_force) {
         snprintf(buf, len, "%s vs %s", a->transport_force ? "socket" : "auto", b->transport_force ? "socket" : "auto");

@@ -27,6 +27,7 @@ struct plait_settings {
     uint64_t slot_bytes;    /* (agreed) FIFO slot size */
     uint64_t chunk_bytes;   /* (agreed) bytes per ring step per rank-chunk */
     int transport_force;    /* (agreed) enum plait_transport_force */
+    int runtime_connect;    /* (agreed) PLAIT_RUNTIME_CONNECT: 1 connections beyond ring neighbours on first use, 0 all at init */
     int proto;              /* (agreed) enum plait_proto */
     uint8_t algo[PLAIT_COLL_COUNT]; /* (agreed) forced algorithm per collective (PLAIT_ALGO / NCCL_ALGO) */
     double timeout_s;       /* setup deadline (PLAIT_TIMEOUT) */

@@ -17,35 +17,43 @@
 #include "topology/topo.h"
 #include "transports/transport.h"
 
-static int link_of_transport(int tp)
+/* The model's link for a pair's link class (its transport's query), -1 for
+ * a class the model has no link for. The net's is the socket link: TCP is
+ * the one net provider, and its figures are the calibrated socket
+ * constants. */
+static int model_link(int link_class)
 {
-    switch (tp) {
-    case PLAIT_TP_INPROC: return PLAIT_MLINK_INPROC;
-    case PLAIT_TP_SHM: return PLAIT_MLINK_SHM;
-    default: return PLAIT_MLINK_TCP;
+    switch (link_class) {
+    case PLAIT_LC_LOCAL: return PLAIT_MLINK_INPROC;
+    case PLAIT_LC_SHM: return PLAIT_MLINK_SHM;
+    case PLAIT_LC_NET: return PLAIT_MLINK_TCP;
+    default: return -1;
     }
 }
 
-/* The slowest link between two ranks of one host (socket over shm over
- * inproc), from the cards every rank holds (plait_pair_transport is
- * symmetric and computed from them), so every rank finds the same. */
-static int intra_link(const struct plait_comm *comm)
+/* The slowest link class between two ranks of one host (net over shm over
+ * local) and between hosts, from what every rank knows (a pair's transport
+ * is a pure, symmetric function of it), so every rank finds the same. The
+ * classes are ordered by speed: the larger, the slower. */
+static void pair_links(const struct plait_comm *comm, int *intra, int *inter)
 {
-    int worst = PLAIT_TP_INPROC, any = 0;
+    int worst_in = PLAIT_LC_NONE, worst_out = PLAIT_LC_NONE;
     for (int a = 0; a < comm->nranks; a++)
         for (int b = a + 1; b < comm->nranks; b++) {
-            if (comm->host_of[a] != comm->host_of[b])
-                continue;
-            const int tp = plait_pair_transport(comm, a, b);
-            any = 1;
-            if (tp == PLAIT_TP_TCP)
-                return PLAIT_MLINK_TCP;
-            if (tp == PLAIT_TP_SHM)
-                worst = PLAIT_TP_SHM;
+            struct plait_tp_info info;
+            plait_comm_pair_info(comm, a, b, &info);
+            int *w = comm->host_of[a] == comm->host_of[b] ? &worst_in : &worst_out;
+            if (info.link > *w)
+                *w = info.link;
         }
-    if (!any) /* one rank per host: no intra-host traffic; the kind of this process */
-        return comm->set.transport_force == PLAIT_FORCE_TCP ? PLAIT_MLINK_TCP : PLAIT_MLINK_SHM;
-    return link_of_transport(worst);
+    /* One rank per host: no intra-host traffic; the kind of this process.
+     * One host: no traffic between hosts; the network's. */
+    if (worst_in == PLAIT_LC_NONE)
+        worst_in = comm->set.transport_force == PLAIT_FORCE_TCP ? PLAIT_LC_NET : PLAIT_LC_SHM;
+    if (worst_out == PLAIT_LC_NONE)
+        worst_out = PLAIT_LC_NET;
+    *intra = worst_in;
+    *inter = worst_out;
 }
 
 /* ------------------------------------------------------------ the communicator's tuner */
@@ -132,8 +140,13 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
     /* Hosts of equal rank counts: the uniform machine's shape, then the node
      * map itself (hosts need not hold consecutive ranks). */
     const int shape_hosts = comm->nhosts >= 1 && n % comm->nhosts == 0 ? comm->nhosts : 1;
-    plait_result_t s = plait_model_machine_uniform(m, n, shape_hosts, PLAIT_MENGINE_CPU, intra_link(comm),
-                                                   PLAIT_MLINK_TCP, &t->k);
+    int intra_class, inter_class;
+    pair_links(comm, &intra_class, &inter_class);
+    const int intra = model_link(intra_class), inter = model_link(inter_class);
+    if (intra < 0 || inter < 0)
+        return plait_error(PLAIT_ERR_INTERNAL, "rank %d: the tuner's model has no link for link class %d", comm->rank,
+                           intra < 0 ? intra_class : inter_class);
+    plait_result_t s = plait_model_machine_uniform(m, n, shape_hosts, PLAIT_MENGINE_CPU, intra, inter, &t->k);
     /* Every rank must decide alike: a rank that could not build its machine
      * (out of memory) would choose by another rule than its peers, so init
      * fails instead. */
@@ -145,7 +158,7 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
         m->nhosts = comm->nhosts;
         memcpy(m->host_of, comm->host_of, sizeof(int32_t) * (size_t)n);
         memcpy(m->local_of, comm->host_of + n, sizeof(int32_t) * (size_t)n);
-        m->inter_link = PLAIT_MLINK_TCP;
+        m->inter_link = inter;
         m->nics_per_host = 1;
         m->cores_per_host = cores;
         m->ll_ok = comm->fast != NULL && comm->set.proto != PLAIT_PROTO_SIMPLE;

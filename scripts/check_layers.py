@@ -3,7 +3,9 @@
 
 Every folder of C code is a layer; a file may include its own layer and the
 layers below it, and nothing above, except the upward edges named in ALLOWED
-(each with the reason it still exists). Every quoted include is a path from
+(each with the reason it still exists; none today). No code outside
+transports/ (and tests/) names a particular transport (PLAIT_TP_*,
+plait_transport_shm/inproc/tcp). Every quoted include is a path from
 the repository root ("base/log.h") that names an existing file, except the
 public header "plait.h" (include/), the configured "plait_config.h" and
 headers generated into the build folder.
@@ -42,11 +44,13 @@ RANK["perf"] = RANK["tools"]
 
 # Upward edges that are allowed, each named: (including folder, included file).
 ALLOWED = {
-    ("transports", "core/comm.h"):
-        "a transport fills the communicator's connection tables (net layer I gives it its own boundary)",
-    ("transports", "core/fastpath.h"):
-        "shm and inproc segments carry the small-message path's boxes (net layer I moves them out)",
 }
+
+# A transport is reached through its ops table (transports/transport.h): no
+# code outside transports/ names a particular one. tests/ may (they check
+# which transport a connection got).
+TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|TCP|COUNT)|plait_transport_(shm|inproc|tcp)|plait_tcp_conn_fd)\b")
+TRANSPORT_ID_FREE = ("transports", "tests")
 
 # Quoted includes that are not paths from the root.
 SPECIAL = {"plait.h", "plait_config.h"}
@@ -86,6 +90,12 @@ def check(root):
         except OSError as e:
             problems.append(f"{path}: cannot be read: {e}")
             continue
+        if layer not in TRANSPORT_ID_FREE:
+            for m in TRANSPORT_ID.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                problems.append(f"{path}:{line}: names the transport '{m.group(1)}' outside transports/: ask the "
+                                "pair's transport what it offers (plait_comm_pair_info, the connection's ops), "
+                                "docs/architecture.md section 4")
         for m in INCLUDE.finditer(text):
             inc = m.group(1)
             line = text.count("\n", 0, m.start()) + 1
@@ -131,6 +141,8 @@ def self_test():
             ("core/planted2.c", '#include "base/nothere.h"\n', "names no file"),
             ("src/planted.c", '#include "plait.h"\n', "is not a layer"),
             ("tools/planted.c", '#include "perf/common.h"\n', "from the layer above"),
+            ("core/planted3.c", 'int f(const void *t) { return t == &plait_transport_shm; }\n', "outside transports/"),
+            ("compat/planted.c", 'int g(int t) { return t == PLAIT_TP_TCP; }\n', "outside transports/"),
         ]
         for path, line, expect in plants:
             dst = os.path.join(tmp, path)

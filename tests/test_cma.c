@@ -224,7 +224,7 @@ static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
         snprintf(msg, len, "out of memory");
         return 1;
     }
-    const struct plait_transport *tp = n > 1 && comm->tp_of[(rank + 1) % n] == PLAIT_TP_SHM
+    const struct plait_transport *tp = n > 1 && plait_transports[comm->tp_of[(rank + 1) % n]] == &plait_transport_shm
                                            ? &plait_transport_shm
                                            : &plait_transport_inproc;
     int rc = 0;
@@ -323,7 +323,7 @@ static int default_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg
 {
     const struct default_arg *a = arg;
     static const size_t sizes[2] = {1024, 1 << 20};
-    const struct plait_transport *tp = comm->tp_of[(rank + 1) % n] == PLAIT_TP_SHM ? &plait_transport_shm
+    const struct plait_transport *tp = plait_transports[comm->tp_of[(rank + 1) % n]] == &plait_transport_shm ? &plait_transport_shm
                                                                                   : &plait_transport_inproc;
     for (int i = 0; i < 2; i++) {
         const size_t bytes = sizes[i];
@@ -561,6 +561,9 @@ static int gone_child(struct mr_child *c, void *arg)
     (void)arg;
     struct gone_board *b = c->shared;
     setenv("PLAIT_CMA", "1", 1);
+    /* The point-to-point connection is read and written below through the
+     * private headers: made at init, not on first use. */
+    setenv("PLAIT_RUNTIME_CONNECT", "0", 1);
     plait_comm_t comm = mr_child_init(c);
     if (!comm)
         return 1;
@@ -714,6 +717,9 @@ static int lie_child(struct mr_child *c, void *arg)
     const struct plait_sc_desc *lie = arg;
     struct lie_board *b = c->shared;
     setenv("PLAIT_CMA", "1", 1);
+    /* The point-to-point connection is read and written below through the
+     * private headers: made at init, not on first use. */
+    setenv("PLAIT_RUNTIME_CONNECT", "0", 1);
     plait_comm_t comm = mr_child_init(c);
     if (!comm)
         return 1;

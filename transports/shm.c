@@ -1,20 +1,40 @@
 /* Shared-memory transports: "shm" between processes of one host (POSIX shared
  * memory) and "inproc" between threads of one process (heap memory).
  *
- * Each rank owns one segment holding, for every peer and class it is connected
- * with, the receive FIFO from that peer (tail, slot sizes, slots) and the credit
- * counter (head) of its own sends to that peer. The layout is a pure function of
- * what every rank knows, so a peer finds its entries without asking. Every
- * counter sits on its own 64-byte line: tail is written only by the sender, head
- * only by the receiver.
+ * Connections are made on first use (or at init, for the ones the core makes
+ * then), one object per connection holding both directions: for each end,
+ * the receive FIFO from the other end (tail, slot sizes, slots) and the
+ * credit counter (head) of its own sends to it. Every counter sits on its own
+ * 64-byte line: tail is written only by the sender, head only by the receiver.
  *
- * A process segment is sized with posix_fallocate (a full /dev/shm is an error,
- * not a SIGBUS later) and unlinked as soon as every peer has mapped it. An
- * in-process segment is reference-counted, since a peer thread may still write
- * credits into it after its owner has destroyed its communicator. */
+ * The object has a name both ends compute alike (from the communicator's
+ * secret, a word rank 0 drew at init, the pair and the class), so neither has
+ * to tell the other anything: the first end to come creates it (O_EXCL) and
+ * may use it at once (its sends wait there for the peer); the second maps it,
+ * says so in the object's first line and unlinks the name, so nothing is
+ * left in /dev/shm once both ends have it. At destroy, an end that never got
+ * the object, or whose peer has it, unlinks the name too; the first end
+ * keeps it only while it holds sends its peer has not come for and the peer
+ * process lives, so that those sends still arrive (as they would once the
+ * peer had mapped it). A process killed between creating an object and its
+ * peer mapping it leaves the name behind. Between threads the name is a key in a
+ * process-wide registry and the object is reference-counted (a peer thread
+ * may still write credits after its owner has destroyed its communicator).
+ *
+ * At init each rank also makes a segment of its own for the core's region
+ * (env->region_bytes: its operation counters and the small-message boxes,
+ * region() below) when the transport joins it to another rank; the segments'
+ * names are allgathered, every peer maps them, and each owner unlinks its own
+ * after a barrier. A process segment is sized with posix_fallocate (a full
+ * /dev/shm is an error, not a SIGBUS later).
+ *
+ * This file includes nothing of the core: what it knows of the communicator
+ * is its struct plait_tp_env. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +43,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
-#include "core/comm.h"
-#include "core/fastpath.h"
+#include "base/crypto.h"
 #include "base/log.h"
-#include "base/net.h"
+#include "base/util.h"
 #include "transports/transport.h"
 
 #define LINE 64
-/* The segment starts with one line of its owner's operation counters (issued,
- * completed), read by peers to tell a crash mid-operation from a clean exit. */
-#define SEG_HEADER LINE
-
-struct seg_layout {
-    size_t entry_bytes;
-    size_t sizes_bytes;
-};
 
 struct inproc_seg {
     int refs;
@@ -46,46 +56,57 @@ struct inproc_seg {
     char *mem;
 };
 
-/* Per communicator: the segments of every peer (NULL where not connected). */
-struct shm_state {
-    int tp_id;
-    char **base;             /* per rank: mapped segment, or NULL */
-    size_t *bytes;           /* per rank: mapping size */
-    struct inproc_seg **segs;/* inproc: per rank */
-    struct plait_conn *conn_mem;
-    int nconns;
-    pid_t owner_pid;
-    char *sc_bounce;         /* single copy: the connections' bounce buffer, or NULL */
+/* A connection object between threads of this process: listed in the
+ * registry under its key until the second end takes it. */
+struct inproc_pair {
+    struct inproc_pair *next;
+    uint8_t key[32];
+    int refs;
+    int listed;  /* in the registry: the second end has not taken it */
+    char *mem;
 };
 
-static struct seg_layout layout_of(const struct plait_comm *comm)
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct inproc_pair *registry;
+
+/* This rank's end of one connection. */
+struct pair {
+    struct plait_conn conn;
+    int ready;
+    int first;               /* this end made the object */
+    char *mem;               /* the object (shm: this process's mapping) */
+    size_t bytes;
+    struct inproc_pair *ip;  /* inproc: the shared object */
+    uint8_t key[32];         /* what names the object */
+    char name[96];           /* shm: its name */
+};
+
+/* Per communicator. */
+struct shm_state {
+    const struct plait_tp_env *env;
+    const struct plait_transport *tp;
+    int is_shm;              /* processes (shm), else threads (inproc) */
+    int npeers;              /* other ranks this transport joins this rank to */
+    size_t region_bytes;     /* the core's region, rounded up to a line (0: none) */
+    uint64_t comm_key;       /* rank 0's random word: tells this communicator's objects from others' */
+    char **base;             /* per rank: its region segment, mapped (NULL where none) */
+    size_t *bytes;           /* per rank: mapping size */
+    struct inproc_seg **segs;/* inproc: per rank */
+    struct pair **pairs;     /* [peer * ncls + cls]: this rank's ends, made on first use */
+    pid_t owner_pid;
+    char *sc_bounce;         /* single copy: the connections' bounce buffer, or NULL */
+    int sc_mode;             /* single copy for the connections: enum plait_sc_mode (from the probe) */
+};
+
+/* Whether this state's transport joins a and b. */
+static int joins(const struct shm_state *st, int a, int b)
 {
-    struct seg_layout l;
-    l.sizes_bytes = ((size_t)comm->set.nslots * sizeof(uint32_t) + LINE - 1) / LINE * LINE;
-    l.entry_bytes = 2 * LINE + l.sizes_bytes + (size_t)comm->set.nslots * comm->set.slot_bytes;
-    return l;
+    const int t = plait_tp_choose(st->env, a, b);
+    return t >= 0 && plait_transports[t] == st->tp;
 }
 
-/* Index of the entry (peer, cls) in `owner`'s segment, or -1; *count_out = entries. */
-static int entry_index(const struct plait_comm *comm, int tp_id, int owner, int peer, int cls, int *count_out)
-{
-    int idx = 0, found = -1;
-    for (int p = 0; p < comm->nranks; p++) {
-        if (plait_pair_transport(comm, owner, p) != tp_id)
-            continue;
-        for (int c = 0; c < comm->ncls; c++) {
-            if (!plait_conn_needed(comm, owner, p, c))
-                continue;
-            if (p == peer && c == cls)
-                found = idx;
-            idx++;
-        }
-    }
-    if (count_out)
-        *count_out = idx;
-    return found;
-}
-
+/* One end's part of a connection object: the receive FIFO from the other end
+ * and the credit of its own sends to it. */
 struct entry_ptrs {
     uint64_t *tail;
     uint32_t *sizes;
@@ -93,33 +114,96 @@ struct entry_ptrs {
     char *slots;
 };
 
-static struct entry_ptrs entry_at(char *base, const struct seg_layout *l, int idx)
+static size_t sizes_bytes(const struct plait_tp_env *env)
+{
+    return ((size_t)env->nslots * sizeof(uint32_t) + LINE - 1) / LINE * LINE;
+}
+
+static size_t entry_bytes(const struct plait_tp_env *env)
+{
+    return 2 * LINE + sizes_bytes(env) + (size_t)env->nslots * env->slot_bytes;
+}
+
+/* An object: one line (the second end's "I have it" word), then one entry per
+ * end, the lower rank's first (one for a rank's own connection). */
+#define OBJ_HEADER LINE
+
+static struct entry_ptrs entry_at(const struct plait_tp_env *env, char *obj, int idx)
 {
     struct entry_ptrs e;
-    char *p = base + SEG_HEADER + (size_t)idx * l->entry_bytes;
+    char *p = obj + OBJ_HEADER + (size_t)idx * entry_bytes(env);
     e.tail = (uint64_t *)p;
     e.sizes = (uint32_t *)(p + LINE);
-    e.head = (uint64_t *)(p + LINE + l->sizes_bytes);
-    e.slots = p + 2 * LINE + l->sizes_bytes;
+    e.head = (uint64_t *)(p + LINE + sizes_bytes(env));
+    e.slots = p + 2 * LINE + sizes_bytes(env);
     return e;
 }
 
-static plait_result_t no_progress(struct plait_conn *conn)
+/* keep: the other end has not taken it and it holds sends for it: it stays
+ * listed (with no reference) for that end to take. */
+static void inproc_pair_put(struct inproc_pair *ip, int keep)
 {
-    (void)conn;
-    return PLAIT_SUCCESS;
+    if (!ip)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    if (--ip->refs == 0 && !(keep && ip->listed)) {
+        if (ip->listed)
+            for (struct inproc_pair **pp = &registry; *pp; pp = &(*pp)->next)
+                if (*pp == ip) {
+                    *pp = ip->next;
+                    break;
+                }
+        free(ip->mem);
+        free(ip);
+    }
+    pthread_mutex_unlock(&registry_lock);
 }
 
-static int always_flushed(const struct plait_conn *conn)
+static void pair_free(struct shm_state *st, struct pair *p)
 {
-    (void)conn;
-    return 1;
+    if (!p)
+        return;
+    /* Sends the peer has not come for: it will find them there, unless it
+     * is gone (then they are moot). */
+    const int peer = p->conn.peer;
+    const int pending = p->ready && p->first && p->conn.tx_posted > 0 &&
+                        !(p->mem && __atomic_load_n((uint64_t *)p->mem, __ATOMIC_ACQUIRE)) &&
+                        !(kill((pid_t)st->env->ranks[peer].pid, 0) != 0 && errno == ESRCH);
+    if (st->is_shm) {
+        if (p->mem)
+            munmap(p->mem, p->bytes);
+        /* ENOENT when the second end has unlinked it already */
+        if (!pending)
+            shm_unlink(p->name);
+    } else {
+        inproc_pair_put(p->ip, pending);
+    }
+    free(p);
 }
 
-static void shm_free_state(struct plait_comm *comm, struct shm_state *st)
+static void pair_name(const struct shm_state *st, int peer, int cls, uint8_t key[32], char *name, size_t len);
+
+static void shm_free_state(struct shm_state *st)
 {
-    for (int r = 0; r < comm->nranks; r++) {
-        if (st->tp_id == PLAIT_TP_SHM) {
+    const struct plait_tp_env *env = st->env;
+    for (int i = 0; st->pairs && i < env->nranks * env->ncls; i++)
+        pair_free(st, st->pairs[i]);
+    /* The objects peers made for connections this end never asked for (a
+     * send nobody received): gone with the last end's communicator. */
+    for (int peer = 0; st->is_shm && st->pairs && peer < env->nranks; peer++) {
+        if (peer == env->rank || !joins(st, env->rank, peer))
+            continue;
+        for (int c = 0; c < env->ncls; c++) {
+            if (st->pairs[peer * env->ncls + c])
+                continue;
+            uint8_t key[32];
+            char name[96];
+            pair_name(st, peer, c, key, name, sizeof(name));
+            shm_unlink(name);
+        }
+    }
+    for (int r = 0; r < env->nranks; r++) {
+        if (st->is_shm) {
             if (st->base && st->base[r])
                 munmap(st->base[r], st->bytes[r]);
         } else if (st->segs && st->segs[r]) {
@@ -130,21 +214,21 @@ static void shm_free_state(struct plait_comm *comm, struct shm_state *st)
             }
         }
     }
+    free(st->pairs);
     free(st->base);
     free(st->bytes);
     free(st->segs);
-    free(st->conn_mem);
     free(st->sc_bounce);
     free(st);
 }
 
 /* Creates, names and maps this rank's process segment. */
-static plait_result_t create_process_segment(struct plait_comm *comm, size_t bytes, char *name, size_t name_len,
-                                             char **base_out)
+static plait_result_t create_process_segment(const struct plait_tp_env *env, size_t bytes, char *name,
+                                             size_t name_len, char **base_out)
 {
     uint64_t rnd;
     plait_random_bytes(&rnd, sizeof(rnd));
-    snprintf(name, name_len, "/plait-%d-%016llx-%d", (int)getpid(), (unsigned long long)rnd, comm->rank);
+    snprintf(name, name_len, "/plait-%d-%016llx-%d", (int)getpid(), (unsigned long long)rnd, env->rank);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0)
         return plait_error(PLAIT_ERR_SYSTEM, "shm: shm_open(%s) failed: %s", name, strerror(errno));
@@ -191,46 +275,33 @@ static plait_result_t map_process_segment(const char *name, size_t bytes, const 
 struct seg_card {
     char name[120];
     uint64_t inproc_ptr;
+    uint64_t comm_key;
 };
 
-static plait_result_t setup_common(struct plait_comm *comm, int tp_id)
+/* Makes this rank's region segment and maps its peers' (collective); learns
+ * the communicator's key. */
+static plait_result_t setup_segments(struct shm_state *st)
 {
-    const int n = comm->nranks, me = comm->rank;
-    int any = 0;
+    const struct plait_tp_env *env = st->env;
+    const int n = env->nranks, me = env->rank;
     for (int p = 0; p < n; p++)
-        if (plait_pair_transport(comm, me, p) == tp_id)
-            any = 1;
+        if (p != me && joins(st, me, p))
+            st->npeers++;
     /* Every rank takes part in the exchange even if it has no peer of this
      * kind: the allgather is collective. */
-    struct shm_state *st = calloc(1, sizeof(*st));
     struct seg_card *cards = calloc((size_t)n, sizeof(*cards));
+    if (!cards)
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", st->tp->name);
     plait_result_t status = PLAIT_SUCCESS;
-    if (!st || !cards) {
-        free(st);
-        free(cards);
-        return plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
-    }
-    st->tp_id = tp_id;
-    st->owner_pid = getpid();
-    st->base = calloc((size_t)n, sizeof(char *));
-    st->bytes = calloc((size_t)n, sizeof(size_t));
-    st->segs = calloc((size_t)n, sizeof(struct inproc_seg *));
-    if (!st->base || !st->bytes || !st->segs) {
-        status = plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
-        goto err_free;
-    }
-    const struct seg_layout l = layout_of(comm);
-    int my_entries = 0;
-    entry_index(comm, tp_id, me, -1, -1, &my_entries);
-    /* The small-message boxes (core/fastpath.c) follow the FIFO entries. */
-    const size_t fast_bytes = plait_fast_region_bytes(comm, tp_id);
-    size_t my_bytes = SEG_HEADER + (size_t)my_entries * l.entry_bytes + fast_bytes;
+    if (me == 0)
+        status = plait_random_bytes(&cards[0].comm_key, sizeof(cards[0].comm_key));
+    const size_t my_bytes = st->region_bytes;
     char my_name[120] = "";
-    if (any && my_entries > 0) {
-        if (tp_id == PLAIT_TP_SHM) {
-            status = create_process_segment(comm, my_bytes, my_name, sizeof(my_name), &st->base[me]);
+    if (!status && st->npeers > 0 && my_bytes > 0) {
+        if (st->is_shm) {
+            status = create_process_segment(env, my_bytes, my_name, sizeof(my_name), &st->base[me]);
             if (status)
-                goto err_exchange;
+                goto exchange;
             snprintf(cards[me].name, sizeof(cards[me].name), "%s", my_name);
         } else {
             struct inproc_seg *seg = calloc(1, sizeof(*seg));
@@ -246,38 +317,30 @@ static plait_result_t setup_common(struct plait_comm *comm, int tp_id)
             } else {
                 free(seg);
                 status = plait_error(PLAIT_ERR_SYSTEM, "inproc: cannot allocate %zu bytes", my_bytes);
-                goto err_exchange;
+                goto exchange;
             }
         }
         st->bytes[me] = my_bytes;
     }
-err_exchange:;
+exchange:;
     /* A failed rank still joins the allgather, with an empty card, so nobody
      * waits for it; the others fail when they find the card empty. */
-    plait_result_t ag = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards));
-    if (status)
-        goto err_free;
-    if (ag) {
+    plait_result_t ag = env->allgather(env->core, cards, sizeof(*cards));
+    if (!status)
         status = ag;
-        goto err_free;
-    }
-    for (int p = 0; p < n; p++) {
-        if (p == me || plait_pair_transport(comm, me, p) != tp_id)
+    st->comm_key = cards[0].comm_key;
+    for (int p = 0; p < n && !status && my_bytes > 0; p++) {
+        if (p == me || !joins(st, me, p))
             continue;
-        int entries = 0;
-        entry_index(comm, tp_id, p, -1, -1, &entries);
-        size_t bytes = SEG_HEADER + (size_t)entries * l.entry_bytes + fast_bytes;
         char who[160];
-        plait_peer_str(comm, p, who, sizeof(who));
-        if (tp_id == PLAIT_TP_SHM) {
+        env->peer_str(env->core, p, who, sizeof(who));
+        if (st->is_shm) {
             cards[p].name[sizeof(cards[p].name) - 1] = '\0';
             if (strncmp(cards[p].name, "/plait-", 7) != 0) {
                 status = plait_error(PLAIT_ERR_REMOTE, "shm: %s did not create its segment", who);
                 break;
             }
-            status = map_process_segment(cards[p].name, bytes, who, &st->base[p]);
-            if (status)
-                break;
+            status = map_process_segment(cards[p].name, my_bytes, who, &st->base[p]);
         } else {
             struct inproc_seg *seg = (struct inproc_seg *)(uintptr_t)cards[p].inproc_ptr;
             if (!seg) {
@@ -288,85 +351,27 @@ err_exchange:;
             st->segs[p] = seg;
             st->base[p] = seg->mem;
         }
-        st->bytes[p] = bytes;
+        if (!status)
+            st->bytes[p] = my_bytes;
     }
     /* Everyone has mapped every segment once this barrier passes: unlink ours so
-     * nothing is left in /dev/shm whatever happens to the processes later. */
-    {
-        plait_result_t b = plait_bootstrap_barrier(comm->bs);
-        if (my_name[0])
-            shm_unlink(my_name);
-        if (!status && b)
+     * nothing is left in /dev/shm whatever happens to the processes later. A
+     * rank that failed above still joins it (only a failed allgather skips it:
+     * the ring is broken then). */
+    if (!ag) {
+        plait_result_t b = env->barrier(env->core);
+        if (!status)
             status = b;
     }
+    if (my_name[0])
+        shm_unlink(my_name);
+    free(cards);
     if (status)
-        goto err_free;
-
-    /* Wire the connections. */
-    st->conn_mem = calloc((size_t)(my_entries > 0 ? my_entries : 1), sizeof(struct plait_conn));
-    if (!st->conn_mem) {
-        status = plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
-        goto err_free;
-    }
-    const struct plait_transport *tp = tp_id == PLAIT_TP_SHM ? &plait_transport_shm : &plait_transport_inproc;
-    for (int p = 0; p < n; p++) {
-        if (plait_pair_transport(comm, me, p) != tp_id)
-            continue;
-        for (int c = 0; c < comm->ncls; c++) {
-            if (!plait_conn_needed(comm, me, p, c))
-                continue;
-            int mine = entry_index(comm, tp_id, me, p, c, NULL);
-            int theirs = entry_index(comm, tp_id, p, me, c, NULL);
-            struct entry_ptrs m = entry_at(st->base[me], &l, mine);
-            struct entry_ptrs t = entry_at(st->base[p], &l, theirs);
-            struct plait_conn *conn = &st->conn_mem[st->nconns++];
-            conn->tp = tp;
-            conn->peer = p;
-            conn->cls = c;
-            conn->needs_progress = 0;
-            conn->nslots = comm->set.nslots;
-            conn->slot_bytes = comm->set.slot_bytes;
-            conn->tx_slots = t.slots;
-            conn->tx_sizes = t.sizes;
-            conn->tx_tail = t.tail;
-            conn->tx_head = m.head;
-            conn->rx_slots = m.slots;
-            conn->rx_sizes = m.sizes;
-            conn->rx_tail = m.tail;
-            conn->rx_head = t.head;
-            comm->conns[p * comm->ncls + c] = conn;
-        }
-    }
-    comm->tp_state[tp_id] = st;
-    if (fast_bytes) {
-        size_t *off = calloc((size_t)n, sizeof(*off));
-        if (off) {
-            for (int p = 0; p < n; p++) {
-                int entries = 0;
-                entry_index(comm, tp_id, p, -1, -1, &entries);
-                off[p] = SEG_HEADER + (size_t)entries * l.entry_bytes;
-            }
-            plait_fast_attach(comm, tp_id, st->base, off);
-            free(off);
-        }
-    }
-    for (int p = 0; p < n; p++)
-        if (st->base[p]) {
-            if (p == me)
-                comm->my_ops = (uint64_t *)st->base[p];
-            else
-                comm->peer_ops[p] = (const uint64_t *)st->base[p];
-        }
-    free(cards);
-    if (my_entries > 0)
-        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "%s: rank %d segment of %zu bytes, %d connections", tp->name, me, my_bytes,
-                   st->nconns);
+        return status;
+    if (st->npeers > 0 && my_bytes > 0)
+        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "%s: rank %d region segment of %zu bytes, %d peers", st->tp->name, me,
+                   my_bytes, st->npeers);
     return PLAIT_SUCCESS;
-
-err_free:
-    free(cards);
-    shm_free_state(comm, st);
-    return status;
 }
 
 /* ---------------------------------------------------------------- single copy
@@ -415,22 +420,27 @@ static const char *sc_err_str(int err, char *buf, size_t len)
 /* Whether some pair of ranks is joined by shm: the same answer on every rank
  * (a pure function of the node map). A host has such a pair exactly when one
  * of its ranks is in another process than the host's first rank. */
-static int sc_any_shm_pair(const struct plait_comm *comm)
+static int sc_any_shm_pair(const struct shm_state *st)
 {
-    int *first = malloc(sizeof(int) * (size_t)(comm->nhosts > 0 ? comm->nhosts : 1));
+    const struct plait_tp_env *env = st->env;
+    int nhosts = 0;
+    for (int r = 0; r < env->nranks; r++)
+        if (env->ranks[r].host >= nhosts)
+            nhosts = env->ranks[r].host + 1;
+    int *first = malloc(sizeof(int) * (size_t)(nhosts > 0 ? nhosts : 1));
     if (!first)
         return -1;
-    for (int h = 0; h < comm->nhosts; h++)
+    for (int h = 0; h < nhosts; h++)
         first[h] = -1;
     int found = 0;
-    for (int r = 0; r < comm->nranks && !found; r++) {
-        const int h = comm->ranks[r].host_index;
-        if (h < 0 || h >= comm->nhosts)
+    for (int r = 0; r < env->nranks && !found; r++) {
+        const int h = env->ranks[r].host;
+        if (h < 0)
             continue;
         if (first[h] < 0)
             first[h] = r;
         else
-            found = plait_pair_transport(comm, first[h], r) == PLAIT_TP_SHM;
+            found = joins(st, first[h], r);
     }
     free(first);
     return found;
@@ -438,9 +448,10 @@ static int sc_any_shm_pair(const struct plait_comm *comm)
 
 /* Probes process_vm_readv (collective); *verdicts_out: one per rank, for the
  * caller to free. */
-static plait_result_t sc_probe(struct plait_comm *comm, struct sc_verdict **verdicts_out)
+static plait_result_t sc_probe(const struct shm_state *st, struct sc_verdict **verdicts_out)
 {
-    const int n = comm->nranks, me = comm->rank;
+    const struct plait_tp_env *env = st->env;
+    const int n = env->nranks, me = env->rank;
     /* Peers read this word while they probe, that is until every rank has
      * reached the second allgather; volatile keeps it in memory till then. */
     volatile uint64_t magic = 0;
@@ -457,24 +468,24 @@ static plait_result_t sc_probe(struct plait_comm *comm, struct sc_verdict **verd
     }
     cards[me].addr = (uint64_t)(uintptr_t)&magic;
     cards[me].value = value;
-    plait_result_t status = plait_bootstrap_allgather(comm->bs, cards, sizeof(*cards));
+    plait_result_t status = env->allgather(env->core, cards, sizeof(*cards));
     if (status)
         goto out;
     v[me].peer = -1;
     for (int p = 0; p < n && !v[me].err; p++) {
-        if (p == me || plait_pair_transport(comm, me, p) != PLAIT_TP_SHM)
+        if (p == me || !joins(st, me, p))
             continue;
         uint64_t got = 0;
         struct iovec local = {&got, sizeof(got)};
         struct iovec remote = {(void *)(uintptr_t)cards[p].addr, sizeof(got)};
-        ssize_t k = process_vm_readv((pid_t)comm->ranks[p].pid, &local, 1, &remote, 1, 0);
+        ssize_t k = process_vm_readv((pid_t)env->ranks[p].pid, &local, 1, &remote, 1, 0);
         int err = k < 0 ? errno : k != (ssize_t)sizeof(got) ? SC_ERR_SHORT : got != cards[p].value ? SC_ERR_VALUE : 0;
         if (err) {
             v[me].err = err;
             v[me].peer = p;
         }
     }
-    status = plait_bootstrap_allgather(comm->bs, v, sizeof(*v));
+    status = env->allgather(env->core, v, sizeof(*v));
     (void)magic;
 out:
     free(cards);
@@ -486,132 +497,422 @@ out:
     return PLAIT_SUCCESS;
 }
 
-/* Turns single copy on for the connections of tp_id where PLAIT_CMA and (for
- * shm) the probe allow it. Collective for shm. */
-static plait_result_t sc_setup(struct plait_comm *comm, int tp_id)
+/* Decides single copy for the connections (st->sc_mode) where PLAIT_CMA and
+ * (for shm) the probe allow it. Collective for shm. */
+static plait_result_t sc_setup(struct shm_state *st)
 {
-    struct shm_state *st = comm->tp_state[tp_id];
-    if (comm->set.cma == PLAIT_CMA_OFF || !st)
+    const struct plait_tp_env *env = st->env;
+    if (env->cma == PLAIT_TP_CMA_OFF)
         return PLAIT_SUCCESS;
-    if (tp_id == PLAIT_TP_INPROC) {
-        for (int i = 0; i < st->nconns; i++)
-            st->conn_mem[i].sc_mode = PLAIT_SC_LOCAL;
+    if (!st->is_shm) {
+        st->sc_mode = PLAIT_SC_LOCAL;
         return PLAIT_SUCCESS;
     }
-    const int any = sc_any_shm_pair(comm);
+    const int any = sc_any_shm_pair(st);
     if (any < 0)
         return plait_error(PLAIT_ERR_SYSTEM, "shm: out of memory");
     if (!any)
         return PLAIT_SUCCESS; /* the same on every rank: nobody probes */
     struct sc_verdict *v = NULL;
-    plait_result_t status = sc_probe(comm, &v);
+    plait_result_t status = sc_probe(st, &v);
     if (status)
         return status;
     int bad = -1;
-    for (int r = 0; r < comm->nranks && bad < 0; r++)
+    for (int r = 0; r < env->nranks && bad < 0; r++)
         if (v[r].err)
             bad = r;
     if (bad >= 0) {
         /* Every rank has the same verdicts, so every rank says the same. */
         char who[160], whom[160], why[256];
         const int peer = v[bad].peer;
-        plait_peer_str(comm, bad, who, sizeof(who));
-        if (peer >= 0 && peer < comm->nranks)
-            plait_peer_str(comm, peer, whom, sizeof(whom));
+        env->peer_str(env->core, bad, who, sizeof(who));
+        if (peer >= 0 && peer < env->nranks)
+            env->peer_str(env->core, peer, whom, sizeof(whom));
         else
             snprintf(whom, sizeof(whom), "a peer");
         sc_err_str(v[bad].err, why, sizeof(why));
         free(v);
-        if (comm->set.cma == PLAIT_CMA_REQUIRE)
+        if (env->cma == PLAIT_TP_CMA_REQUIRE)
             return plait_error(PLAIT_ERR_SYSTEM,
                                "shm: PLAIT_CMA=1 requires single copy, but %s cannot read the memory of %s with "
                                "process_vm_readv: %s",
                                who, whom, why);
-        if (st->nconns > 0)
+        if (st->npeers > 0)
             PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
                        "shm: rank %d: single copy (CMA) off, the FIFO path carries everything: %s cannot read the "
                        "memory of %s with process_vm_readv: %s",
-                       comm->rank, who, whom, why);
+                       env->rank, who, whom, why);
         return PLAIT_SUCCESS;
     }
     free(v);
-    if (st->nconns == 0)
+    if (st->npeers == 0)
         return PLAIT_SUCCESS;
     /* One bounce buffer per communicator: a reducing step reads a piece of a
      * peer's bytes into it and reduces from there while it is in cache. */
-    if (posix_memalign((void **)&st->sc_bounce, 64, comm->set.slot_bytes))
+    if (posix_memalign((void **)&st->sc_bounce, 64, env->slot_bytes))
         return plait_error(PLAIT_ERR_SYSTEM, "shm: cannot allocate %llu bytes for single copy",
-                           (unsigned long long)comm->set.slot_bytes);
-    for (int i = 0; i < st->nconns; i++) {
-        struct plait_conn *c = &st->conn_mem[i];
-        c->sc_mode = PLAIT_SC_CMA;
-        c->sc_pid = comm->ranks[c->peer].pid;
-        c->sc_bounce = st->sc_bounce;
-    }
-    if (comm->set.cma_min_bytes == UINT64_MAX)
+                           (unsigned long long)env->slot_bytes);
+    st->sc_mode = PLAIT_SC_READ;
+    if (env->cma_min_bytes == UINT64_MAX)
         PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
-                   "shm: rank %d: single copy (CMA, process_vm_readv) allowed on %d connections but not used: "
+                   "shm: rank %d: single copy (CMA, process_vm_readv) allowed with %d peers but not used: "
                    "PLAIT_CMA_MIN_BYTES is unset",
-                   comm->rank, st->nconns);
+                   env->rank, st->npeers);
     else
         PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
-                   "shm: rank %d: single copy (CMA, process_vm_readv) on for %d connections, steps of %llu bytes or "
+                   "shm: rank %d: single copy (CMA, process_vm_readv) on with %d peers, steps of %llu bytes or "
                    "more",
-                   comm->rank, st->nconns, (unsigned long long)comm->set.cma_min_bytes);
+                   env->rank, st->npeers, (unsigned long long)env->cma_min_bytes);
     return PLAIT_SUCCESS;
 }
 
-static plait_result_t shm_setup(struct plait_comm *comm)
+/* ---------------------------------------------------------------- the ops */
+
+static int same_process(const struct plait_tp_env *env, int a, int b)
 {
-    plait_result_t status = setup_common(comm, PLAIT_TP_SHM);
-    return status ? status : sc_setup(comm, PLAIT_TP_SHM);
+    return env->ranks[a].process_token == env->ranks[b].process_token && env->ranks[a].pid == env->ranks[b].pid;
 }
 
-static plait_result_t inproc_setup(struct plait_comm *comm)
+static int inproc_can_join(const struct plait_tp_env *env, int a, int b)
 {
-    plait_result_t status = setup_common(comm, PLAIT_TP_INPROC);
-    return status ? status : sc_setup(comm, PLAIT_TP_INPROC);
+    if (a == b)
+        return 100; /* a rank's own point-to-point connection, whatever else is forced */
+    return !env->force_net && same_process(env, a, b) ? 30 : 0;
 }
 
-static void shm_teardown_any(struct plait_comm *comm, int tp_id)
+static int shm_can_join(const struct plait_tp_env *env, int a, int b)
 {
-    struct shm_state *st = comm->tp_state[tp_id];
+    return a != b && !env->force_net && env->ranks[a].host == env->ranks[b].host && !same_process(env, a, b) ? 20
+                                                                                                           : 0;
+}
+
+static void query_common(const struct plait_tp_env *env, struct plait_tp_info *info, int is_shm)
+{
+    memset(info, 0, sizeof(*info));
+    info->link = is_shm ? PLAIT_LC_SHM : PLAIT_LC_LOCAL;
+    info->sc = env->cma == PLAIT_TP_CMA_OFF ? PLAIT_SC_NONE : is_shm ? PLAIT_SC_READ : PLAIT_SC_LOCAL;
+    info->region = 1;
+    info->host_mem_shared = 1;
+}
+
+static void shm_query(const struct plait_tp_env *env, int a, int b, struct plait_tp_info *info)
+{
+    (void)a;
+    (void)b;
+    query_common(env, info, 1);
+}
+
+static void inproc_query(const struct plait_tp_env *env, int a, int b, struct plait_tp_info *info)
+{
+    (void)a;
+    (void)b;
+    query_common(env, info, 0);
+}
+
+static plait_result_t init_common(const struct plait_tp_env *env, const struct plait_transport *tp, int is_shm,
+                                  void **ctx)
+{
+    *ctx = NULL;
+    struct shm_state *st = calloc(1, sizeof(*st));
     if (!st)
-        return;
-    plait_fast_detach(comm, tp_id);
-    for (int p = 0; p < comm->nranks; p++)
-        if (st->base[p]) {
-            if (p == comm->rank)
-                comm->my_ops = comm->local_ops;
-            else
-                comm->peer_ops[p] = NULL;
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", tp->name);
+    st->env = env;
+    st->tp = tp;
+    st->is_shm = is_shm;
+    st->region_bytes = (env->region_bytes + LINE - 1) / LINE * LINE;
+    st->owner_pid = getpid();
+    const int n = env->nranks;
+    st->base = calloc((size_t)n, sizeof(char *));
+    st->bytes = calloc((size_t)n, sizeof(size_t));
+    st->segs = calloc((size_t)n, sizeof(struct inproc_seg *));
+    st->pairs = calloc((size_t)n * (size_t)env->ncls, sizeof(struct pair *));
+    if (!st->base || !st->bytes || !st->segs || !st->pairs) {
+        shm_free_state(st);
+        return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", tp->name);
+    }
+    /* Both steps are collective: a rank that fails the first does not run
+     * the second, and neither do the others (the first's allgathered cards
+     * or barrier fail them too). */
+    plait_result_t status = setup_segments(st);
+    if (!status)
+        status = sc_setup(st);
+    if (status) {
+        shm_free_state(st);
+        return status;
+    }
+    *ctx = st;
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t shm_init(const struct plait_tp_env *env, void **ctx)
+{
+    return init_common(env, &plait_transport_shm, 1, ctx);
+}
+
+static plait_result_t inproc_init(const struct plait_tp_env *env, void **ctx)
+{
+    return init_common(env, &plait_transport_inproc, 0, ctx);
+}
+
+/* The key of the object of (a, b, cls), the same on both ends. */
+static void pair_key(const struct shm_state *st, int a, int b, int cls, uint8_t key[32])
+{
+    const struct plait_tp_env *env = st->env;
+    const int lo = a < b ? a : b, hi = a < b ? b : a;
+    struct {
+        char tag[8];
+        uint64_t comm_key;
+        int32_t lo, hi, cls, pid_lo, pid_hi, pad;
+    } in;
+    memset(&in, 0, sizeof(in));
+    memcpy(in.tag, "plaitpr1", 8);
+    in.comm_key = st->comm_key;
+    in.lo = lo;
+    in.hi = hi;
+    in.cls = cls;
+    in.pid_lo = env->ranks[lo].pid;
+    in.pid_hi = env->ranks[hi].pid;
+    plait_hmac_sha256(env->secret, 32, &in, sizeof(in), key);
+}
+
+/* The key and (shm) the name of the object of (this rank, peer, cls). */
+static void pair_name(const struct shm_state *st, int peer, int cls, uint8_t key[32], char *name, size_t len)
+{
+    const struct plait_tp_env *env = st->env;
+    const int me = env->rank;
+    pair_key(st, me, peer, cls, key);
+    char hex[25];
+    for (int i = 0; i < 12; i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    snprintf(name, len, "/plait-%d-%s", (int)env->ranks[me < peer ? me : peer].pid, hex);
+}
+
+/* Makes (or finds) the object of (peer, cls): 1 when this end has it, 0 when
+ * the peer is still making it (call again), or an error. */
+static plait_result_t pair_get(struct shm_state *st, struct pair *p, int peer)
+{
+    const struct plait_tp_env *env = st->env;
+    const int me = env->rank;
+    if (!st->is_shm) {
+        pthread_mutex_lock(&registry_lock);
+        struct inproc_pair **pp = &registry;
+        while (*pp && memcmp((*pp)->key, p->key, sizeof(p->key)) != 0)
+            pp = &(*pp)->next;
+        struct inproc_pair *ip = *pp;
+        if (ip) {
+            *pp = ip->next; /* the second end: nobody else looks for it */
+            ip->next = NULL;
+            ip->listed = 0;
+            ip->refs++;
+        } else if ((ip = calloc(1, sizeof(*ip))) != NULL &&
+                   posix_memalign((void **)&ip->mem, 4096, p->bytes) == 0) {
+            memset(ip->mem, 0, p->bytes);
+            memcpy(ip->key, p->key, sizeof(p->key));
+            ip->refs = 1;
+            ip->listed = 1;
+            ip->next = registry;
+            registry = ip;
+            p->first = 1;
+        } else {
+            free(ip);
+            ip = NULL;
         }
-    comm->tp_state[tp_id] = NULL;
-    shm_free_state(comm, st);
+        pthread_mutex_unlock(&registry_lock);
+        if (!ip)
+            return plait_error(PLAIT_ERR_SYSTEM, "inproc: cannot allocate %zu bytes for a connection", p->bytes);
+        p->ip = ip;
+        p->mem = ip->mem;
+        return PLAIT_SUCCESS;
+    }
+    char who[160];
+    int fd = shm_open(p->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0) {
+        /* the first end: size it, map it, use it */
+        int err = posix_fallocate(fd, 0, (off_t)p->bytes);
+        void *mem = err ? MAP_FAILED : mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (!err && mem == MAP_FAILED)
+            err = errno;
+        close(fd);
+        if (err) {
+            shm_unlink(p->name);
+            return plait_error(PLAIT_ERR_SYSTEM, "shm: cannot make the %zu-byte connection with %s in /dev/shm: %s",
+                               p->bytes, env->peer_str(env->core, peer, who, sizeof(who)), strerror(err));
+        }
+        p->mem = mem;
+        p->first = 1;
+        return PLAIT_SUCCESS;
+    }
+    if (errno != EEXIST)
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: shm_open(%s) for the connection with %s failed: %s", p->name,
+                           env->peer_str(env->core, peer, who, sizeof(who)), strerror(errno));
+    fd = shm_open(p->name, O_RDWR, 0600);
+    if (fd < 0)
+        return errno == ENOENT ? PLAIT_IN_PROGRESS
+                               : plait_error(PLAIT_ERR_SYSTEM, "shm: cannot open the connection %s with %s: %s",
+                                             p->name, env->peer_str(env->core, peer, who, sizeof(who)),
+                                             strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid()) {
+        close(fd);
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: the connection object %s with %s is not this user's", p->name,
+                           env->peer_str(env->core, peer, who, sizeof(who)));
+    }
+    if ((size_t)sb.st_size < p->bytes) {
+        close(fd); /* the peer is still sizing it */
+        return PLAIT_IN_PROGRESS;
+    }
+    void *mem = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mem == MAP_FAILED)
+        return plait_error(PLAIT_ERR_SYSTEM, "shm: mmap of the connection with %s failed: %s",
+                           env->peer_str(env->core, peer, who, sizeof(who)), strerror(errno));
+    p->mem = mem;
+    /* both ends have it: nothing is left in /dev/shm whatever happens next */
+    __atomic_store_n((uint64_t *)mem, 1, __ATOMIC_RELEASE);
+    shm_unlink(p->name);
+    (void)me;
+    return PLAIT_SUCCESS;
 }
 
-static void shm_teardown(struct plait_comm *comm)
+/* Nothing to send the peer: both ends find the object by its name. */
+static plait_result_t shm_connect(void *ctx, int peer, int cls, void *blob)
 {
-    shm_teardown_any(comm, PLAIT_TP_SHM);
+    (void)ctx;
+    (void)peer;
+    (void)cls;
+    (void)blob;
+    return PLAIT_SUCCESS;
 }
 
-static void inproc_teardown(struct plait_comm *comm)
+static plait_result_t shm_accept(void *ctx, int peer, int cls, const void *peer_blob, double deadline,
+                                 struct plait_conn **out)
 {
-    shm_teardown_any(comm, PLAIT_TP_INPROC);
+    (void)peer_blob;
+    struct shm_state *st = ctx;
+    if (!st || peer < 0 || peer >= st->env->nranks || cls < 0 || cls >= st->env->ncls || !joins(st, st->env->rank, peer))
+        return plait_error(PLAIT_ERR_INTERNAL, "%s: rank %d cannot join rank %d on class %d",
+                           st ? st->tp->name : "shm", st ? st->env->rank : -1, peer, cls);
+    const struct plait_tp_env *env = st->env;
+    const int me = env->rank;
+    struct pair **slot = &st->pairs[peer * env->ncls + cls];
+    struct pair *p = *slot;
+    if (!p) {
+        if (!(p = calloc(1, sizeof(*p))))
+            return plait_error(PLAIT_ERR_SYSTEM, "%s: out of memory", st->tp->name);
+        p->bytes = OBJ_HEADER + (size_t)(peer == me ? 1 : 2) * entry_bytes(env);
+        pair_name(st, peer, cls, p->key, p->name, sizeof(p->name));
+        *slot = p;
+    }
+    if (!p->ready) {
+        plait_result_t status = pair_get(st, p, peer);
+        if (status == PLAIT_IN_PROGRESS && deadline > 0 && plait_deadline_passed(deadline)) {
+            char who[160];
+            return plait_error(PLAIT_ERR_TIMEOUT, "%s: the connection object %s with %s was not ready by the deadline "
+                               "(PLAIT_TIMEOUT=%g s)", st->tp->name, p->name,
+                               env->peer_str(env->core, peer, who, sizeof(who)), env->timeout_s);
+        }
+        if (status)
+            return status; /* PLAIT_IN_PROGRESS: call again */
+        /* entry 0 is the lower rank's, entry 1 the higher's (one for a rank's own) */
+        const int mi = peer == me ? 0 : me < peer ? 0 : 1, ti = peer == me ? 0 : 1 - mi;
+        struct entry_ptrs m = entry_at(env, p->mem, mi);
+        struct entry_ptrs t = entry_at(env, p->mem, ti);
+        struct plait_conn *conn = &p->conn;
+        memset(conn, 0, sizeof(*conn));
+        conn->tp = st->tp;
+        conn->ctx = st;
+        conn->peer = peer;
+        conn->cls = cls;
+        conn->needs_progress = 0;
+        conn->nslots = env->nslots;
+        conn->slot_bytes = env->slot_bytes;
+        conn->tx_slots = t.slots;
+        conn->tx_sizes = t.sizes;
+        conn->tx_tail = t.tail;
+        conn->tx_head = m.head;
+        conn->rx_slots = m.slots;
+        conn->rx_sizes = m.sizes;
+        conn->rx_tail = m.tail;
+        conn->rx_head = t.head;
+        conn->sc_mode = st->sc_mode;
+        if (st->sc_mode == PLAIT_SC_READ) {
+            conn->sc_pid = env->ranks[peer].pid;
+            conn->sc_bounce = st->sc_bounce;
+        }
+        p->ready = 1;
+    }
+    *out = &p->conn;
+    return PLAIT_SUCCESS;
+}
+
+static char *shm_region(void *ctx, int owner)
+{
+    struct shm_state *st = ctx;
+    if (!st || owner < 0 || owner >= st->env->nranks || !st->region_bytes)
+        return NULL;
+    return st->base[owner];
+}
+
+static int shm_remote_read(const struct plait_conn *conn, void *dst, uint64_t addr, size_t len, size_t *done_out)
+{
+    size_t done = 0;
+    int err = 0;
+    while (done < len) {
+        struct iovec local = {(char *)dst + done, len - done};
+        struct iovec remote = {(void *)(uintptr_t)(addr + done), len - done};
+        ssize_t r = process_vm_readv((pid_t)conn->sc_pid, &local, 1, &remote, 1, 0);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        err = r < 0 ? errno : EIO; /* no progress */
+        break;
+    }
+    *done_out = done;
+    return err;
+}
+
+static int inproc_remote_read(const struct plait_conn *conn, void *dst, uint64_t addr, size_t len, size_t *done_out)
+{
+    (void)conn;
+    /* memmove: a rank sending to itself may name one buffer twice */
+    memmove(dst, (const void *)(uintptr_t)addr, len);
+    *done_out = len;
+    return 0;
+}
+
+static void shm_fini(void *ctx)
+{
+    if (ctx)
+        shm_free_state(ctx);
 }
 
 const struct plait_transport plait_transport_shm = {
+    .size = sizeof(struct plait_transport),
+    .version = PLAIT_TRANSPORT_VERSION,
     .name = "shm",
-    .setup = shm_setup,
-    .progress = no_progress,
-    .is_flushed = always_flushed,
-    .teardown = shm_teardown,
+    .can_join = shm_can_join,
+    .query = shm_query,
+    .init = shm_init,
+    .connect = shm_connect,
+    .accept = shm_accept,
+    .region = shm_region,
+    .remote_read = shm_remote_read,
+    .fini = shm_fini,
 };
 
 const struct plait_transport plait_transport_inproc = {
+    .size = sizeof(struct plait_transport),
+    .version = PLAIT_TRANSPORT_VERSION,
     .name = "inproc",
-    .setup = inproc_setup,
-    .progress = no_progress,
-    .is_flushed = always_flushed,
-    .teardown = inproc_teardown,
+    .can_join = inproc_can_join,
+    .query = inproc_query,
+    .init = inproc_init,
+    .connect = shm_connect,
+    .accept = shm_accept,
+    .region = shm_region,
+    .remote_read = inproc_remote_read,
+    .fini = shm_fini,
 };

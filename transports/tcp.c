@@ -14,10 +14,16 @@
  * recorded (peer_gone); it becomes an error only when the executor waits for
  * data or credit that can no longer come.
  *
- * Connections are made at init: the lower rank connects, both sides run the
- * challenge-response with the communicator's secret, then the connector names its
- * rank and class in a hello. Connecting only upwards and accepting afterwards
- * cannot deadlock: the highest rank only accepts. A connection that fails the
+ * Connections: init listens and allgathers every rank's address. A pair's
+ * lower rank dials the higher one (connect() starts it), both sides run the
+ * challenge-response with the communicator's secret, then the dialer names
+ * its rank and class in a hello. Nothing blocks: connect() only starts the
+ * dial; every accept() call moves every handshake of the context a step
+ * (this rank's dials and the connections that came in, which wait in a list
+ * until their hello says which they are) and says whether the one asked for
+ * is made. So two ranks that need each other at once, or a rank that dials
+ * some peers while others dial it, never wait on each other: each side's
+ * handshakes move whenever it asks for any connection. A connection that fails the
  * handshake or whose hello names no connection this rank expects (not a hello,
  * a rank not below it, a class out of range, a class already connected) is
  * dropped and the expected peers keep their chance; if they do not come by the
@@ -33,10 +39,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
-#include "core/comm.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/util.h"
@@ -64,10 +70,51 @@ struct tcp_conn {
     char malformed[512]; /* set by a malformed message: the connection is dead, this is why */
 };
 
-struct tcp_state {
-    struct tcp_conn **conns;
-    int nconns;
+/* A handshake in progress: a dial of ours, or a connection that came in. */
+enum hs_phase {
+    HS_CONNECTING,   /* dial: the TCP connect has not completed */
+    HS_CHALLENGE,    /* dial: reading the challenge; in: writing it */
+    HS_ANSWER,       /* dial: writing the answer; in: reading it */
+    HS_PROOF,        /* dial: reading the proof; in: writing it */
+    HS_HELLO,        /* in: reading the hello */
 };
+
+struct handshake {
+    int fd;
+    int peer, cls;           /* dial: whom; in: -1 until the hello */
+    enum hs_phase phase;
+    struct plait_auth auth;
+    uint8_t buf[PLAIT_AUTH_ANSWER_BYTES];
+    size_t off, len;         /* of the current message in buf */
+    char from[PLAIT_SOCKADDR_STRLEN];
+    plait_result_t failed;   /* dial: how it failed (its accept() says so), PLAIT_SUCCESS while it goes on */
+    char msg[512];
+};
+
+struct tcp_state {
+    const struct plait_tp_env *env;
+    struct tcp_conn **conns;  /* every connection made, nconns of them (capacity: every one this rank may need) */
+    int nconns;               /* release-stored: progress() reads it without the core's lock */
+    int cap;
+    struct tcp_conn **by;     /* [peer * ncls + cls]: the connection, once made */
+    struct handshake **dials; /* [peer * ncls + cls]: this rank's dial in progress */
+    struct handshake **in;    /* connections that came in, in their handshake */
+    int nin, in_cap;
+    union plait_sockaddr *addrs; /* every rank's listening address */
+    int lfd;                  /* listening socket, -1 when this rank accepts nothing */
+    int ndropped;             /* connections dropped for a failed handshake or a bad hello */
+    char dropped[400];        /* the last of them: where from and why */
+    char ifname[64];
+    /* The handshakes move in accept() (the core's lock held) and, so that a
+     * rank busy with other operations still answers a peer's dial, in
+     * progress() at most every HS_PERIOD (try-locked: never waits). */
+    pthread_mutex_t hs_lock;
+    double hs_next;
+};
+
+#define HS_PERIOD 100e-6
+
+static plait_result_t tcp_handshakes(struct tcp_state *st);
 
 struct hello {
     uint32_t magic;
@@ -81,7 +128,7 @@ static plait_result_t conn_fail(struct tcp_conn *t, plait_result_t res, const ch
     return plait_error(res, "socket: %s with %s", what, t->peer_str);
 }
 
-static plait_result_t tcp_progress(struct plait_conn *conn)
+static plait_result_t conn_progress(struct plait_conn *conn)
 {
     struct tcp_conn *t = (struct tcp_conn *)conn;
     const size_t slot = conn->slot_bytes;
@@ -177,10 +224,52 @@ static plait_result_t tcp_progress(struct plait_conn *conn)
     return PLAIT_SUCCESS;
 }
 
-static int tcp_is_flushed(const struct plait_conn *conn)
+static int conn_flushed(const struct plait_conn *conn)
 {
     const struct tcp_conn *t = (const struct tcp_conn *)conn;
     return t->tx_head == __atomic_load_n(&t->tx_tail, __ATOMIC_ACQUIRE);
+}
+
+/* Per context: every connection of the communicator on sockets. */
+static plait_result_t tcp_progress(void *ctx, struct plait_conn *conn, struct plait_conn **failed)
+{
+    struct tcp_state *st = ctx;
+    if (!conn && st && st->lfd >= 0) {
+        const double now = plait_now();
+        if (now >= st->hs_next && pthread_mutex_trylock(&st->hs_lock) == 0) {
+            st->hs_next = now + HS_PERIOD;
+            /* a failure here is the failing connection's accept() to report */
+            (void)tcp_handshakes(st);
+            pthread_mutex_unlock(&st->hs_lock);
+        }
+    }
+    if (conn) {
+        plait_result_t res = conn_progress(conn);
+        if (res)
+            *failed = conn;
+        return res;
+    }
+    const int n = st ? __atomic_load_n(&st->nconns, __ATOMIC_ACQUIRE) : 0;
+    for (int i = 0; i < n; i++) {
+        plait_result_t res = conn_progress(&st->conns[i]->conn);
+        if (res) {
+            *failed = &st->conns[i]->conn;
+            return res;
+        }
+    }
+    return PLAIT_SUCCESS;
+}
+
+static int tcp_is_flushed(void *ctx, const struct plait_conn *conn)
+{
+    struct tcp_state *st = ctx;
+    if (conn)
+        return conn_flushed(conn);
+    const int n = st ? __atomic_load_n(&st->nconns, __ATOMIC_ACQUIRE) : 0;
+    for (int i = 0; i < n; i++)
+        if (!conn_flushed(&st->conns[i]->conn))
+            return 0;
+    return 1;
 }
 
 static void free_conn(struct tcp_conn *t)
@@ -196,13 +285,14 @@ static void free_conn(struct tcp_conn *t)
     free(t);
 }
 
-static plait_result_t make_conn(struct plait_comm *comm, int fd, int peer, int cls, struct tcp_conn **out)
+static plait_result_t make_conn(struct tcp_state *st, int fd, int peer, int cls, struct tcp_conn **out)
 {
+    const struct plait_tp_env *env = st->env;
     struct tcp_conn *t = calloc(1, sizeof(*t));
     if (!t)
         return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
     t->fd = fd;
-    const size_t nslots = comm->set.nslots, slot = comm->set.slot_bytes;
+    const size_t nslots = env->nslots, slot = env->slot_bytes;
     t->tx_mem = malloc(nslots * slot);
     t->rx_mem = malloc(nslots * slot);
     t->tx_sizes = calloc(nslots, sizeof(uint32_t));
@@ -212,12 +302,13 @@ static plait_result_t make_conn(struct plait_comm *comm, int fd, int peer, int c
         free_conn(t);
         return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory for staging slots");
     }
-    plait_peer_str(comm, peer, t->peer_str, sizeof(t->peer_str));
+    env->peer_str(env->core, peer, t->peer_str, sizeof(t->peer_str));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     struct plait_conn *c = &t->conn;
     c->tp = &plait_transport_tcp;
+    c->ctx = st;
     c->peer = peer;
     c->cls = cls;
     c->needs_progress = 1;
@@ -232,202 +323,503 @@ static plait_result_t make_conn(struct plait_comm *comm, int fd, int peer, int c
     c->rx_tail = &t->rx_tail;
     c->rx_head = &t->rx_head;
     *out = t;
+    if (st->nconns >= st->cap) {
+        t->fd = -1;
+        free_conn(t);
+        return plait_error(PLAIT_ERR_INTERNAL, "socket: more connections than rank %d may need", env->rank);
+    }
+    st->conns[st->nconns] = t;
+    __atomic_store_n(&st->nconns, st->nconns + 1, __ATOMIC_RELEASE);
+    st->by[peer * env->ncls + cls] = t;
     return PLAIT_SUCCESS;
 }
 
-static void tcp_teardown(struct plait_comm *comm)
+static void hs_free(struct handshake *h)
 {
-    struct tcp_state *st = comm->tp_state[PLAIT_TP_TCP];
+    if (!h)
+        return;
+    if (h->fd >= 0)
+        close(h->fd);
+    free(h);
+}
+
+static void tcp_fini(void *ctx)
+{
+    struct tcp_state *st = ctx;
     if (!st)
         return;
-    comm->tp_state[PLAIT_TP_TCP] = NULL;
     for (int i = 0; i < st->nconns; i++)
         free_conn(st->conns[i]);
+    for (int i = 0; st->dials && i < st->env->nranks * st->env->ncls; i++)
+        hs_free(st->dials[i]);
+    for (int i = 0; i < st->nin; i++)
+        hs_free(st->in[i]);
+    if (st->lfd >= 0)
+        close(st->lfd);
     free(st->conns);
+    free(st->by);
+    free(st->dials);
+    free(st->in);
+    free(st->addrs);
+    pthread_mutex_destroy(&st->hs_lock);
     free(st);
 }
 
-/* What is wrong with a hello that a connection to rank `me` introduced itself
- * with (written into why), or 0 when it names a connection this rank expects. */
-static int hello_problem(const struct plait_comm *comm, int me, const struct hello *h, char *why, size_t len)
+static int tcp_can_join(const struct plait_tp_env *env, int a, int b)
 {
+    (void)env;
+    return a != b ? 10 : 0;
+}
+
+static void tcp_query(const struct plait_tp_env *env, int a, int b, struct plait_tp_info *info)
+{
+    (void)env;
+    (void)a;
+    (void)b;
+    memset(info, 0, sizeof(*info));
+    info->link = PLAIT_LC_NET;
+    info->sc = PLAIT_SC_NONE;
+}
+
+static int joins(const struct plait_tp_env *env, int a, int b)
+{
+    const int t = plait_tp_choose(env, a, b);
+    return t >= 0 && plait_transports[t] == &plait_transport_tcp;
+}
+
+/* What is wrong with a hello that a connection to this rank introduced itself
+ * with (written into why), or 0 when it names a connection this rank expects. */
+static int hello_problem(const struct tcp_state *st, const struct hello *h, char *why, size_t len)
+{
+    const struct plait_tp_env *env = st->env;
+    const int me = env->rank;
     if (h->magic != HELLO_MAGIC)
         snprintf(why, len, "not a hello (magic 0x%08x, a hello starts with 0x%08x)", h->magic, HELLO_MAGIC);
     else if (h->rank < 0 || h->rank >= me)
         snprintf(why, len, "a hello from rank %d, not a rank below %d (only lower ranks connect)", h->rank, me);
-    else if (h->cls < 0 || h->cls >= comm->ncls)
-        snprintf(why, len, "a hello from rank %d for connection class %d of %d", h->rank, h->cls, comm->ncls);
-    else if (plait_pair_transport(comm, me, h->rank) != PLAIT_TP_TCP)
+    else if (h->cls < 0 || h->cls >= env->ncls)
+        snprintf(why, len, "a hello from rank %d for connection class %d of %d", h->rank, h->cls, env->ncls);
+    else if (!joins(env, me, h->rank))
         snprintf(why, len, "a hello from rank %d, which does not use sockets with rank %d", h->rank, me);
-    else if (!plait_conn_needed(comm, me, h->rank, h->cls))
+    else if (!env->wanted(env->core, me, h->rank, h->cls))
         snprintf(why, len, "a hello from rank %d for connection class %d, which rank %d does not use", h->rank,
                  h->cls, me);
-    else if (comm->conns[h->rank * comm->ncls + h->cls])
+    else if (st->by[h->rank * env->ncls + h->cls])
         snprintf(why, len, "a second hello from rank %d for connection class %d", h->rank, h->cls);
     else
         return 0;
     return 1;
 }
 
-static plait_result_t tcp_setup(struct plait_comm *comm)
+/* Collective: listens (when this rank may have socket peers) and allgathers
+ * every rank's address. */
+static plait_result_t tcp_init(const struct plait_tp_env *env, void **ctx)
 {
-    const int n = comm->nranks, me = comm->rank;
-    int expect_accepts = 0, nconns = 0;
+    const int n = env->nranks, me = env->rank;
+    *ctx = NULL;
+    if (n <= 0)
+        return plait_error(PLAIT_ERR_INTERNAL, "socket: %d ranks", n);
+    int nconns = 0;
     for (int p = 0; p < n; p++) {
-        if (plait_pair_transport(comm, me, p) != PLAIT_TP_TCP)
+        if (!joins(env, me, p))
             continue;
-        for (int c = 0; c < comm->ncls; c++)
-            if (plait_conn_needed(comm, me, p, c)) {
+        for (int c = 0; c < env->ncls; c++)
+            if (env->wanted(env->core, me, p, c))
                 nconns++;
-                if (p < me)
-                    expect_accepts++;
-            }
     }
     /* The exchange of addresses is collective, even for ranks without sockets. */
-    union plait_sockaddr *addrs = calloc((size_t)n, sizeof(*addrs));
     struct tcp_state *st = calloc(1, sizeof(*st));
+    union plait_sockaddr *addrs = calloc((size_t)n, sizeof(*addrs));
     if (!addrs || !st) {
         free(addrs);
         free(st);
         return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
     }
+    st->env = env;
+    st->addrs = addrs;
+    st->lfd = -1;
+    pthread_mutex_init(&st->hs_lock, NULL);
     plait_result_t status = PLAIT_SUCCESS;
-    int lfd = -1;
-    char ifname[64] = "";
     if (nconns > 0) {
         /* Without PLAIT_SOCKET_IFNAME, listen where the bootstrap reaches its
          * peers: the local address of the setup ring's connection is the one the
          * routing table picked for this job. */
         socklen_t alen = sizeof(addrs[me]);
-        int ring_fd = plait_bootstrap_next_fd(comm->bs);
-        if (!comm->set.ifname[0] && ring_fd >= 0 && getsockname(ring_fd, &addrs[me].sa, &alen) == 0) {
+        const int ring_fd = env->bootstrap_fd;
+        if (!env->ifname[0] && ring_fd >= 0 && getsockname(ring_fd, &addrs[me].sa, &alen) == 0) {
             if (addrs[me].sa.sa_family == AF_INET)
                 addrs[me].sin.sin_port = 0;
             else
                 addrs[me].sin6.sin6_port = 0;
-            snprintf(ifname, sizeof(ifname), "the bootstrap's interface");
+            snprintf(st->ifname, sizeof(st->ifname), "the bootstrap's interface");
         } else {
-            status = plait_sock_find_ifaddr(comm->set.ifname, &addrs[me], ifname, sizeof(ifname));
+            status = plait_sock_find_ifaddr(env->ifname, &addrs[me], st->ifname, sizeof(st->ifname));
         }
         if (!status)
-            status = plait_sock_listen(&addrs[me], &lfd);
+            status = plait_sock_listen(&addrs[me], &st->lfd);
+        if (!status)
+            fcntl(st->lfd, F_SETFL, fcntl(st->lfd, F_GETFL) | O_NONBLOCK);
+        st->cap = nconns;
+        st->conns = calloc((size_t)nconns, sizeof(*st->conns));
+        st->by = calloc((size_t)n * (size_t)env->ncls, sizeof(*st->by));
+        st->dials = calloc((size_t)n * (size_t)env->ncls, sizeof(*st->dials));
+        if (!status && (!st->conns || !st->by || !st->dials))
+            status = plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
     }
-    plait_result_t ag = plait_bootstrap_allgather(comm->bs, addrs, sizeof(*addrs));
+    plait_result_t ag = env->allgather(env->core, addrs, sizeof(*addrs));
     if (!status)
         status = ag;
-    if (status)
-        goto out;
-    st->conns = calloc((size_t)(nconns > 0 ? nconns : 1), sizeof(*st->conns));
-    if (!st->conns) {
-        status = plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
-        goto out;
-    }
-    comm->tp_state[PLAIT_TP_TCP] = st;
-    const double deadline = plait_deadline(comm->set.timeout_s);
-    const uint8_t *secret = plait_bootstrap_secret(comm->bs);
-    for (int p = me + 1; p < n && !status; p++) {
-        if (plait_pair_transport(comm, me, p) != PLAIT_TP_TCP)
-            continue;
-        for (int c = 0; c < comm->ncls && !status; c++) {
-            if (!plait_conn_needed(comm, me, p, c))
-                continue;
-            int fd = -1;
-            status = plait_sock_connect(&addrs[p], deadline, &comm->abort_flag, &fd);
-            if (!status)
-                status = plait_sock_auth_client(fd, secret, deadline, &comm->abort_flag);
-            struct hello h = {HELLO_MAGIC, me, c, 0};
-            if (!status)
-                status = plait_sock_send_all(fd, &h, sizeof(h), deadline, &comm->abort_flag);
-            struct tcp_conn *t = NULL;
-            if (!status)
-                status = make_conn(comm, fd, p, c, &t);
-            if (status) {
-                if (fd >= 0)
-                    close(fd);
-                char who[160];
-                status = plait_error_context(status, "socket: connecting to %s",
-                                             plait_peer_str(comm, p, who, sizeof(who)));
-                break;
-            }
-            st->conns[st->nconns++] = t;
-            comm->conns[p * comm->ncls + c] = &t->conn;
-        }
-    }
-    /* A connection that fails to authenticate or to introduce itself properly
-     * is dropped; the peers we expect keep their chance until the deadline. If
-     * they do not come, the error says what was dropped last and from where. */
-    int ndropped = 0;
-    char dropped[400] = "";
-    while (!status && expect_accepts > 0) {
-        int fd = -1;
-        status = plait_sock_accept(lfd, deadline, &comm->abort_flag, &fd);
-        if (status) {
-            if (ndropped)
-                status = plait_error_context(status, "socket: rank %d still waited for %d connection(s) from lower "
-                                                     "ranks, and dropped %d; the last, %s",
-                                             me, expect_accepts, ndropped, dropped);
-            break;
-        }
-        union plait_sockaddr from;
-        socklen_t flen = sizeof(from);
-        char from_str[PLAIT_SOCKADDR_STRLEN] = "an unknown address";
-        if (getpeername(fd, &from.sa, &flen) == 0)
-            plait_sockaddr_str(&from, from_str, sizeof(from_str));
-        struct hello h;
-        char why[200];
-        if (plait_sock_auth_server(fd, secret, deadline, &comm->abort_flag) != PLAIT_SUCCESS ||
-            plait_sock_recv_all(fd, &h, sizeof(h), deadline, &comm->abort_flag) != PLAIT_SUCCESS) {
-            snprintf(dropped, sizeof(dropped), "from %s: %s", from_str, plait_last_error_get());
-            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", me, dropped);
-            ndropped++;
-            close(fd);
-            continue;
-        }
-        if (hello_problem(comm, me, &h, why, sizeof(why))) {
-            snprintf(dropped, sizeof(dropped), "from %s: %s", from_str, why);
-            PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", me, dropped);
-            ndropped++;
-            close(fd);
-            continue;
-        }
-        struct tcp_conn *t = NULL;
-        status = make_conn(comm, fd, h.rank, h.cls, &t);
-        if (status) {
-            close(fd);
-            break;
-        }
-        st->conns[st->nconns++] = t;
-        comm->conns[h.rank * comm->ncls + h.cls] = &t->conn;
-        expect_accepts--;
-    }
-out:
-    if (lfd >= 0)
-        close(lfd);
-    free(addrs);
     if (status) {
-        if (comm->tp_state[PLAIT_TP_TCP]) {
-            for (int i = 0; i < n * comm->ncls; i++)
-                if (comm->conns[i] && comm->conns[i]->tp == &plait_transport_tcp)
-                    comm->conns[i] = NULL;
-            tcp_teardown(comm);
-        } else {
-            free(st);
-        }
+        tcp_fini(st);
         return status;
     }
-    if (!comm->tp_state[PLAIT_TP_TCP])
-        comm->tp_state[PLAIT_TP_TCP] = st;
-    if (nconns > 0)
-        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d has %d TCP connections on %s", me, nconns, ifname);
+    if (nconns > 0) {
+        PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d listens on %s for up to %d TCP connections", me,
+                   st->ifname, nconns);
+        *ctx = st;
+    } else {
+        tcp_fini(st);
+    }
     return PLAIT_SUCCESS;
 }
 
+/* The lower rank of a pair starts dialing the higher one. */
+static plait_result_t tcp_connect(void *ctx, int peer, int cls, void *blob)
+{
+    (void)blob;
+    struct tcp_state *st = ctx;
+    if (!st)
+        return plait_error(PLAIT_ERR_INTERNAL, "socket: a connection to rank %d with no socket peer", peer);
+    const struct plait_tp_env *env = st->env;
+    if (peer < env->rank)
+        return PLAIT_SUCCESS; /* it dials us */
+    struct handshake *h = calloc(1, sizeof(*h));
+    if (!h)
+        return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
+    h->peer = peer;
+    h->cls = cls;
+    h->phase = HS_CONNECTING;
+    const union plait_sockaddr *a = &st->addrs[peer];
+    plait_sockaddr_str(a, h->from, sizeof(h->from));
+    h->fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const socklen_t alen = a->sa.sa_family == AF_INET6 ? sizeof(a->sin6) : sizeof(a->sin);
+    if (h->fd < 0 || (connect(h->fd, &a->sa, alen) != 0 && errno != EINPROGRESS)) {
+        const int e = errno;
+        hs_free(h);
+        char who[160];
+        return plait_error(PLAIT_ERR_REMOTE, "socket: connecting to %s at %s: %s",
+                           env->peer_str(env->core, peer, who, sizeof(who)), h->from, strerror(e));
+    }
+    pthread_mutex_lock(&st->hs_lock);
+    st->dials[peer * env->ncls + cls] = h;
+    pthread_mutex_unlock(&st->hs_lock);
+    return PLAIT_SUCCESS;
+}
+
+/* Moves buf[off, len) in or out of h->fd without blocking: 1 when done, 0
+ * when the socket would block, -1 on an error or (reading) the peer's EOF
+ * (errno set, ECONNRESET for EOF). */
+static int hs_io(struct handshake *h, int writing)
+{
+    while (h->off < h->len) {
+        ssize_t k = writing ? send(h->fd, h->buf + h->off, h->len - h->off, MSG_DONTWAIT | MSG_NOSIGNAL)
+                            : recv(h->fd, h->buf + h->off, h->len - h->off, MSG_DONTWAIT);
+        if (k > 0) {
+            h->off += (size_t)k;
+            continue;
+        }
+        if (k == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return 0;
+        return -1;
+    }
+    return 1;
+}
+
+static void hs_expect(struct handshake *h, enum hs_phase phase, size_t len)
+{
+    h->phase = phase;
+    h->off = 0;
+    h->len = len;
+}
+
+/* One step of a dial: 1 when it made the connection, 0 when it waits, or an
+ * error (naming the peer). */
+static plait_result_t dial_step(struct tcp_state *st, struct handshake *h, int *made)
+{
+    const struct plait_tp_env *env = st->env;
+    char who[160];
+    *made = 0;
+    for (;;) {
+        int r;
+        switch (h->phase) {
+        case HS_CONNECTING: {
+            struct pollfd pfd = {.fd = h->fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 0) <= 0)
+                return PLAIT_SUCCESS;
+            int err = 0;
+            socklen_t elen = sizeof(err);
+            if (getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+                err = errno;
+            if (err)
+                return plait_error(PLAIT_ERR_REMOTE, "socket: connecting to %s at %s: %s (peer gone?)",
+                                   env->peer_str(env->core, h->peer, who, sizeof(who)), h->from, strerror(err));
+            hs_expect(h, HS_CHALLENGE, PLAIT_AUTH_CHALLENGE_BYTES);
+            continue;
+        }
+        case HS_CHALLENGE:
+            if ((r = hs_io(h, 0)) <= 0)
+                break;
+            {
+                uint8_t challenge[PLAIT_AUTH_CHALLENGE_BYTES];
+                memcpy(challenge, h->buf, sizeof(challenge));
+                if (!plait_auth_client_answer(&h->auth, env->secret, challenge, h->buf))
+                    return plait_error(PLAIT_ERR_REMOTE, "socket: authentication with %s at %s failed: not a plait "
+                                                         "peer (bad protocol tag)",
+                                       env->peer_str(env->core, h->peer, who, sizeof(who)), h->from);
+            }
+            hs_expect(h, HS_ANSWER, PLAIT_AUTH_ANSWER_BYTES);
+            continue;
+        case HS_ANSWER:
+            if ((r = hs_io(h, 1)) <= 0)
+                break;
+            hs_expect(h, HS_PROOF, PLAIT_AUTH_PROOF_BYTES);
+            continue;
+        case HS_PROOF:
+            if ((r = hs_io(h, 0)) <= 0) {
+                if (r < 0 && errno == ECONNRESET)
+                    return plait_error(PLAIT_ERR_REMOTE, "socket: authentication with %s at %s failed: the peer "
+                                                         "refused our answer (a different secret?)",
+                                       env->peer_str(env->core, h->peer, who, sizeof(who)), h->from);
+                break;
+            }
+            if (!plait_auth_client_check(&h->auth, env->secret, h->buf))
+                return plait_error(PLAIT_ERR_REMOTE, "socket: authentication with %s at %s failed: the peer does not "
+                                                     "hold the secret",
+                                   env->peer_str(env->core, h->peer, who, sizeof(who)), h->from);
+            {
+                /* 16 bytes into an empty socket buffer: it does not block */
+                struct hello hello = {HELLO_MAGIC, env->rank, h->cls, 0};
+                plait_result_t status =
+                    plait_sock_send_all(h->fd, &hello, sizeof(hello), plait_deadline(env->timeout_s), env->abort_flag);
+                if (status)
+                    return plait_error_context(status, "socket: the hello to %s",
+                                               env->peer_str(env->core, h->peer, who, sizeof(who)));
+            }
+            struct tcp_conn *t = NULL;
+            plait_result_t status = make_conn(st, h->fd, h->peer, h->cls, &t);
+            if (status)
+                return status;
+            h->fd = -1; /* the connection's now */
+            *made = 1;
+            return PLAIT_SUCCESS;
+        case HS_HELLO:
+            return plait_error(PLAIT_ERR_INTERNAL, "socket: a dial in the accepting phase");
+        }
+        if (r < 0)
+            return plait_error(PLAIT_ERR_REMOTE, "socket: handshake with %s at %s: %s (peer gone?)",
+                               env->peer_str(env->core, h->peer, who, sizeof(who)), h->from, strerror(errno));
+        return PLAIT_SUCCESS;
+    }
+}
+
+/* Drops a connection that came in (a WARN; the expected peers keep their
+ * chance). */
+static void drop_in(struct tcp_state *st, struct handshake *h, const char *why)
+{
+    snprintf(st->dropped, sizeof(st->dropped), "from %s: %s", h->from, why);
+    PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", st->env->rank, st->dropped);
+    st->ndropped++;
+}
+
+/* One step of a connection that came in: 1 when done with it (made or
+ * dropped), 0 when it waits. */
+static int in_step(struct tcp_state *st, struct handshake *h, plait_result_t *err)
+{
+    const struct plait_tp_env *env = st->env;
+    for (;;) {
+        int r;
+        switch (h->phase) {
+        case HS_CHALLENGE:
+            if ((r = hs_io(h, 1)) <= 0)
+                break;
+            hs_expect(h, HS_ANSWER, PLAIT_AUTH_ANSWER_BYTES);
+            continue;
+        case HS_ANSWER: {
+            if ((r = hs_io(h, 0)) <= 0)
+                break;
+            uint8_t answer[PLAIT_AUTH_ANSWER_BYTES];
+            memcpy(answer, h->buf, sizeof(answer));
+            if (!plait_auth_server_check(&h->auth, env->secret, answer, h->buf)) {
+                drop_in(st, h, "authentication failed: the answer is wrong (a different secret?)");
+                return 1;
+            }
+            hs_expect(h, HS_PROOF, PLAIT_AUTH_PROOF_BYTES);
+            continue;
+        }
+        case HS_PROOF:
+            if ((r = hs_io(h, 1)) <= 0)
+                break;
+            hs_expect(h, HS_HELLO, sizeof(struct hello));
+            continue;
+        case HS_HELLO: {
+            if ((r = hs_io(h, 0)) <= 0)
+                break;
+            struct hello hello;
+            char why[200];
+            memcpy(&hello, h->buf, sizeof(hello));
+            if (hello_problem(st, &hello, why, sizeof(why))) {
+                drop_in(st, h, why);
+                return 1;
+            }
+            struct tcp_conn *t = NULL;
+            if ((*err = make_conn(st, h->fd, hello.rank, hello.cls, &t)))
+                return 1;
+            h->fd = -1;
+            return 1;
+        }
+        case HS_CONNECTING:
+            break;
+        }
+        if (r < 0) {
+            char why[200];
+            snprintf(why, sizeof(why), "the handshake failed: %s", errno == ECONNRESET ? "closed" : strerror(errno));
+            drop_in(st, h, why);
+            return 1;
+        }
+        return 0;
+    }
+}
+
+/* Moves every handshake of the context: takes new connections, steps the
+ * ones that came in and this rank's dials. */
+static plait_result_t tcp_handshakes(struct tcp_state *st)
+{
+    const struct plait_tp_env *env = st->env;
+    for (;;) {
+        union plait_sockaddr from;
+        socklen_t flen = sizeof(from);
+        int fd = accept4(st->lfd, &from.sa, &flen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break; /* EAGAIN, or an error the next call sees again */
+        if (st->nin == st->in_cap) {
+            const int cap = st->in_cap ? 2 * st->in_cap : 8;
+            struct handshake **grown = realloc(st->in, sizeof(*grown) * (size_t)cap);
+            if (!grown) {
+                close(fd);
+                return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
+            }
+            st->in = grown;
+            st->in_cap = cap;
+        }
+        struct handshake *h = calloc(1, sizeof(*h));
+        if (!h) {
+            close(fd);
+            return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
+        }
+        h->fd = fd;
+        h->peer = h->cls = -1;
+        snprintf(h->from, sizeof(h->from), "an unknown address");
+        plait_sockaddr_str(&from, h->from, sizeof(h->from));
+        hs_expect(h, HS_CHALLENGE, PLAIT_AUTH_CHALLENGE_BYTES);
+        if (plait_auth_server_challenge(&h->auth, h->buf) != PLAIT_SUCCESS) {
+            hs_free(h);
+            return plait_error(PLAIT_ERR_SYSTEM, "socket: no random bytes for a challenge");
+        }
+        st->in[st->nin++] = h;
+    }
+    for (int i = 0; i < st->nin;) {
+        plait_result_t err = PLAIT_SUCCESS;
+        if (in_step(st, st->in[i], &err)) {
+            hs_free(st->in[i]);
+            st->in[i] = st->in[--st->nin];
+            if (err)
+                return err;
+            continue;
+        }
+        i++;
+    }
+    for (int i = 0; i < env->nranks * env->ncls; i++) {
+        struct handshake *h = st->dials[i];
+        if (!h || h->failed)
+            continue;
+        int made = 0;
+        plait_result_t status = dial_step(st, h, &made);
+        if (made) {
+            hs_free(h);
+            st->dials[i] = NULL;
+        } else if (status) {
+            /* kept for this connection's accept() to report */
+            h->failed = status;
+            snprintf(h->msg, sizeof(h->msg), "%s", plait_last_error_get());
+            close(h->fd);
+            h->fd = -1;
+        }
+    }
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t accept_locked(struct tcp_state *st, int peer, int cls, double deadline,
+                                    struct plait_conn **out)
+{
+    const struct plait_tp_env *env = st->env;
+    const int i = peer * env->ncls + cls;
+    if (!st->by[i]) {
+        plait_result_t status = tcp_handshakes(st);
+        if (status)
+            return status;
+    }
+    if (st->by[i]) {
+        *out = &st->by[i]->conn;
+        return PLAIT_SUCCESS;
+    }
+    if (st->dials[i] && st->dials[i]->failed)
+        return plait_error(st->dials[i]->failed, "%s", st->dials[i]->msg);
+    if (peer > env->rank && !st->dials[i])
+        return plait_error(PLAIT_ERR_INTERNAL, "socket: rank %d accepts a connection to rank %d it did not dial",
+                           env->rank, peer);
+    if (deadline > 0 && plait_deadline_passed(deadline)) {
+        char who[160];
+        env->peer_str(env->core, peer, who, sizeof(who));
+        if (peer < env->rank && st->ndropped)
+            return plait_error(PLAIT_ERR_TIMEOUT, "socket: rank %d waited for %s's connection on class %d until the "
+                                                  "deadline (PLAIT_TIMEOUT=%g s), and dropped %d; the last, %s",
+                               env->rank, who, cls, env->timeout_s, st->ndropped, st->dropped);
+        return plait_error(PLAIT_ERR_TIMEOUT, "socket: rank %d waited for its connection with %s on class %d until "
+                                              "the deadline (PLAIT_TIMEOUT=%g s)",
+                           env->rank, who, cls, env->timeout_s);
+    }
+    return PLAIT_IN_PROGRESS;
+}
+
+static plait_result_t tcp_accept(void *ctx, int peer, int cls, const void *peer_blob, double deadline,
+                                 struct plait_conn **out)
+{
+    (void)peer_blob;
+    struct tcp_state *st = ctx;
+    if (!st)
+        return plait_error(PLAIT_ERR_INTERNAL, "socket: a connection to rank %d with no socket peer", peer);
+    pthread_mutex_lock(&st->hs_lock);
+    plait_result_t status = accept_locked(st, peer, cls, deadline, out);
+    pthread_mutex_unlock(&st->hs_lock);
+    return status;
+}
+
 const struct plait_transport plait_transport_tcp = {
+    .size = sizeof(struct plait_transport),
+    .version = PLAIT_TRANSPORT_VERSION,
     .name = "socket",
-    .setup = tcp_setup,
+    .can_join = tcp_can_join,
+    .query = tcp_query,
+    .init = tcp_init,
+    .connect = tcp_connect,
+    .accept = tcp_accept,
     .progress = tcp_progress,
     .is_flushed = tcp_is_flushed,
-    .teardown = tcp_teardown,
+    .fini = tcp_fini,
 };
 
 int plait_tcp_conn_fd(const struct plait_conn *conn)

@@ -25,22 +25,155 @@
 #include "plait.h"
 #include "algorithms/stepper.h"
 
-struct plait_comm;
 struct plait_conn;
 
-struct plait_transport {
-    const char *name;
-    /* Builds the connections of this transport for every peer pair that
-     * comm->tp_of[] assigns to it. Collective over the communicator (uses the
-     * bootstrap); called once at init by every rank, in transport table order. */
-    plait_result_t (*setup)(struct plait_comm *comm);
-    /* Moves data for one connection without blocking. */
-    plait_result_t (*progress)(struct plait_conn *conn);
-    /* 1 when every committed send has left this process's staging memory. */
-    int (*is_flushed)(const struct plait_conn *conn);
-    /* Frees the transport's per-communicator state (connections are freed with it). */
-    void (*teardown)(struct plait_comm *comm);
+/* ------------------------------------------------------------ the transport boundary
+ *
+ * A transport is a const ops table (struct plait_transport). The core
+ * (core/comm_transport.c) owns peer enumeration and the connection table: it
+ * asks every transport whether it can join each pair of ranks (the highest
+ * priority wins), gives each transport a narrow environment (struct
+ * plait_tp_env: the ranks, the settings it reads, the exchange over the
+ * bootstrap) rather than the communicator, and asks the chosen transport for
+ * each connection it needs. A transport includes nothing of the core. */
+
+#define PLAIT_TRANSPORT_VERSION 1
+/* Transports a communicator may hold. */
+#define PLAIT_TP_MAX 8
+/* The largest connection blob a transport may exchange per connection. */
+#define PLAIT_TP_BLOB_BYTES 128
+
+/* What a transport may know of each rank (from init's allgather). */
+struct plait_tp_rank {
+    int32_t host;           /* dense host index */
+    int32_t pid;
+    uint64_t process_token; /* random per process */
 };
+
+/* The narrow environment of a transport, valid from init to fini. */
+struct plait_tp_env {
+    uint32_t size;          /* sizeof(struct plait_tp_env) of the core that filled it */
+    int rank;
+    int nranks;
+    int ncls;               /* connection classes: ring channels, then the point-to-point class */
+    const struct plait_tp_rank *ranks; /* [nranks] */
+    /* settings (agreed on every rank unless marked) */
+    uint32_t nslots;        /* FIFO depth */
+    size_t slot_bytes;      /* FIFO slot size */
+    int force_net;          /* PLAIT_TRANSPORT=socket: every pair of distinct ranks over the network */
+    int cma;                /* PLAIT_CMA: enum plait_tp_cma */
+    uint64_t cma_min_bytes; /* for the log only */
+    double timeout_s;       /* setup deadline, <= 0 none (this rank's) */
+    const char *ifname;     /* PLAIT_SOCKET_IFNAME (this rank's) */
+    const int *abort_flag;  /* polled by every wait */
+    const uint8_t *secret;  /* the communicator's 32-byte secret (connection authentication) */
+    int bootstrap_fd;       /* a connected bootstrap socket: its local address is where peers reach us, -1 none */
+    /* Bytes the core wants in each rank's memory segment, shared by every rank
+     * of the host that this transport joins (operation counters, the
+     * small-message boxes): see region() below. 0 when none. */
+    size_t region_bytes;
+    /* Whether the connection (a, b, cls) exists on a's side once the core has
+     * connected what it connects at init: a pure function every rank computes
+     * the same, so a segment's layout can be computed by its peers. */
+    int (*wanted)(const void *core, int a, int b, int cls);
+    /* The exchange over the bootstrap: collective over the communicator. */
+    plait_result_t (*allgather)(void *core, void *data, size_t size);
+    plait_result_t (*barrier)(void *core);
+    /* "rank R (host H)" for messages. */
+    const char *(*peer_str)(const void *core, int peer, char *buf, size_t len);
+    void *core;
+};
+
+/* PLAIT_CMA for a transport. */
+enum plait_tp_cma { PLAIT_TP_CMA_AUTO = 0, PLAIT_TP_CMA_OFF = 1, PLAIT_TP_CMA_REQUIRE = 2 };
+
+/* Link classes: what the tuner and the model are told a pair's link is. */
+enum plait_link_class {
+    PLAIT_LC_NONE = 0,
+    PLAIT_LC_LOCAL = 1,  /* threads of one process: plain loads and stores */
+    PLAIT_LC_SHM = 2,    /* processes of one host: shared memory */
+    PLAIT_LC_NET = 3,    /* a network (TCP today) */
+};
+
+/* How a connection's receiver reads descriptors; NONE: neither end sends any. */
+enum plait_sc_mode {
+    PLAIT_SC_NONE = 0,
+    PLAIT_SC_READ = 1,  /* the receiver reads the sender's memory through the transport's remote_read */
+    PLAIT_SC_LOCAL = 2, /* the sender's memory is this process's: the receiver reads it in place */
+};
+
+/* What the pair (a, b) joined by a transport offers. */
+struct plait_tp_info {
+    int link;             /* enum plait_link_class */
+    double bw_GBps;       /* per direction, 0 = unknown: the model's calibrated constants decide */
+    double lat_us;        /* one small message, 0 = unknown */
+    int sc;               /* enum plait_sc_mode the transport may offer on its connections (the
+                           * connection's own sc_mode says what it does) */
+    int region;           /* it can hold the core's region (env->region_bytes) in each rank's segment */
+    int host_mem_shared;  /* a connection's FIFO memory is host memory both ranks address (else it is
+                           * staging that progress() moves: a GPU reaches it through the proxy) */
+    int can_register;     /* reg() pins or registers memory (else registration is a no-op) */
+};
+
+struct plait_transport {
+    uint32_t size;     /* sizeof(struct plait_transport) the table was built with: later fields past it do not exist */
+    uint32_t version;  /* PLAIT_TRANSPORT_VERSION */
+    const char *name;  /* in logs and messages ("shm", "socket") */
+    /* 0 when this transport cannot join ranks a and b, else its priority (the
+     * highest wins). A pure, symmetric function of env: both ends and third
+     * parties agree. a == b is the point-to-point class's self connection. */
+    int (*can_join)(const struct plait_tp_env *env, int a, int b);
+    /* What a pair this transport joins offers (pure, as can_join). */
+    void (*query)(const struct plait_tp_env *env, int a, int b, struct plait_tp_info *info);
+    /* Collective over the communicator: every rank calls it for every
+     * transport, in table order, even with no peer on it (it may allgather).
+     * Makes the per-communicator context (*ctx; NULL when the transport has
+     * nothing to do on this rank). env stays valid until fini. */
+    plait_result_t (*init)(const struct plait_tp_env *env, void **ctx);
+    /* Connections, in two halves, neither of which blocks: connect() starts
+     * this rank's side of (peer, cls) and writes blob_bytes (<=
+     * PLAIT_TP_BLOB_BYTES; 0: no blob) for the peer; accept() takes the peer's
+     * blob (NULL without one) and returns the connection, or
+     * PLAIT_IN_PROGRESS while the peer's side has not come (call it again:
+     * each call moves the context's handshakes), or PLAIT_ERR_TIMEOUT once
+     * `deadline` (plait_deadline(); 0: none, the caller's wait decides) has
+     * passed. Both ends call both halves for each connection, at init (the
+     * ones the core makes then) or when a step first needs it, in any order
+     * and from any thread (the core serializes a communicator's calls). */
+    size_t blob_bytes;
+    plait_result_t (*connect)(void *ctx, int peer, int cls, void *blob);
+    plait_result_t (*accept)(void *ctx, int peer, int cls, const void *peer_blob, double deadline,
+                             struct plait_conn **conn);
+    /* The core's region (env->region_bytes) in `owner`'s segment, NULL when
+     * this transport holds none there. NULL op: no region. */
+    char *(*region)(void *ctx, int owner);
+    /* Memory registration: a handle for [buf, buf + len) (NULL op: nothing
+     * to register). */
+    plait_result_t (*reg)(void *ctx, void *buf, size_t len, void **handle);
+    void (*dereg)(void *ctx, void *handle);
+    /* Moves data without blocking: for `conn` (NULL: every connection of the
+     * context; a UCX worker or a completion queue serves many). On failure
+     * *failed is the connection that failed. NULL op: nothing to move (the
+     * FIFO memory is the peer's). */
+    plait_result_t (*progress)(void *ctx, struct plait_conn *conn, struct plait_conn **failed);
+    /* 1 when every committed send of `conn` (NULL: of every connection of the
+     * context) has left this process's staging memory. */
+    int (*is_flushed)(void *ctx, const struct plait_conn *conn);
+    /* Single copy (PLAIT_SC_READ): reads len bytes at `addr` in the peer's
+     * memory into dst. Returns 0, or an errno (ESRCH: the peer is gone); *done
+     * counts the bytes read before a failure. */
+    int (*remote_read)(const struct plait_conn *conn, void *dst, uint64_t addr, size_t len, size_t *done);
+    /* Frees the context and its connections (not collective). */
+    void (*fini)(void *ctx);
+};
+
+/* The transports, in set-up order (transports/registry.c). */
+extern const struct plait_transport *const plait_transports[];
+extern const int plait_ntransports;
+
+/* The index in plait_transports of the transport that joins a and b (the
+ * highest priority), -1 when none can. Pure, symmetric. */
+int plait_tp_choose(const struct plait_tp_env *env, int a, int b);
 
 extern const struct plait_transport plait_transport_shm;    /* processes on one host */
 extern const struct plait_transport plait_transport_inproc; /* threads of one process */
@@ -48,8 +181,6 @@ extern const struct plait_transport plait_transport_tcp;    /* TCP, any two host
 /* A TCP transport connection's file descriptor, -1 for another
  * transport's (tests forge frames on it; diagnostics). */
 int plait_tcp_conn_fd(const struct plait_conn *conn);
-
-enum plait_tp_id { PLAIT_TP_INPROC = 0, PLAIT_TP_SHM = 1, PLAIT_TP_TCP = 2, PLAIT_TP_COUNT };
 
 /* Single copy (docs/performance.md, "Single-copy (CMA)"). A slot whose size word
  * has PLAIT_SLOT_DESC set holds a struct plait_sc_desc instead of data: where the
@@ -78,15 +209,10 @@ struct plait_sc_desc {
 };
 #define PLAIT_SC_REVOKED (1ull << 63)
 
-/* How a connection's receiver reads descriptors; NONE: neither end sends any. */
-enum plait_sc_mode {
-    PLAIT_SC_NONE = 0,
-    PLAIT_SC_CMA = 1,   /* the peer is another process of this host: process_vm_readv */
-    PLAIT_SC_LOCAL = 2, /* the peer is a thread of this process (or this rank): memcpy */
-};
 
 struct plait_conn {
     const struct plait_transport *tp;
+    void *ctx;              /* the transport's context this connection belongs to */
     int peer;
     int cls;
     int needs_progress;     /* the executor must call tp->progress */
@@ -182,16 +308,5 @@ static inline void plait_conn_recv_release(struct plait_conn *c)
     c->rx_consumed++;
     plait_st_release_u64(c->rx_head, c->rx_consumed);
 }
-
-/* Whether `cls` of the pair (rank, peer) gets a connection: ring channels join
- * ring neighbours, the point-to-point class joins every pair (self included). */
-int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls);
-
-/* The transport (enum plait_tp_id) that joins ranks a and b: a pure, symmetric
- * function of what every rank knows, so both ends and third parties agree. */
-int plait_pair_transport(const struct plait_comm *comm, int a, int b);
-
-/* "rank R (host H)" for messages. */
-const char *plait_peer_str(const struct plait_comm *comm, int peer, char *buf, size_t len);
 
 #endif

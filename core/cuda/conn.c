@@ -65,14 +65,17 @@ static struct region region_at(const struct plait_comm *comm, plait_cudevptr bas
     return g;
 }
 
-/* How a pair's FIFOs are reached: 0 none (no connection), 1 proxied (socket),
+/* How a pair's FIFOs are reached: 0 none (no connection), 1 proxied (staging
+ * memory that the host transport moves: sockets),
  * 2 device memory (same device, peer access or IPC), 3 pinned host memory (a
  * pair of this process whose devices cannot reach each other). */
 enum { PAIR_NONE = 0, PAIR_PROXY = 1, PAIR_DEVICE = 2, PAIR_PINNED = 3 };
 
 static int pair_kind(const struct plait_comm *comm, const uint8_t *access, int a, int b)
 {
-    if (plait_pair_transport(comm, a, b) == PLAIT_TP_TCP)
+    struct plait_tp_info info;
+    plait_comm_pair_info(comm, a, b, &info);
+    if (!info.host_mem_shared)
         return PAIR_PROXY;
     const int n = comm->nranks;
     return access[(size_t)a * n + b] && access[(size_t)b * n + a] ? PAIR_DEVICE : PAIR_PINNED;
@@ -480,6 +483,11 @@ static plait_result_t comm_setup(struct plait_comm *comm)
             PLAIT_INFO(PLAIT_SUBSYS_INIT, "CUDA: rank %d has no current CUDA context at init: host buffers only", me);
         goto out;
     }
+    /* Device FIFOs are built beside every host connection at once: no
+     * connection is made on first use on a communicator with device state
+     * (every rank of it has a device, so every rank makes them all). */
+    if ((status = plait_comm_connect_all(comm)))
+        goto out;
     struct plait_cuda_comm *cc = calloc(1, sizeof(*cc));
     if (!cc) {
         status = plait_error(PLAIT_ERR_SYSTEM, "CUDA setup on rank %d: out of memory", me);

@@ -306,7 +306,8 @@ static plait_result_t pair_step(struct proxy_pair *pp, int *moved)
         __atomic_store_n(pp->ktx_head, pp->ktx_taken, __ATOMIC_RELEASE);
         (*moved)++;
     }
-    plait_result_t res = hc->needs_progress ? hc->tp->progress(hc) : PLAIT_SUCCESS;
+    struct plait_conn *failed = NULL;
+    plait_result_t res = hc->needs_progress ? hc->tp->progress(hc->ctx, hc, &failed) : PLAIT_SUCCESS;
     if (res)
         return res;
     /* wire -> kernel: each slot hc received, as long as the kernel has room.
@@ -350,7 +351,7 @@ static void pair_give_back(struct proxy_pair *pp)
 static int pair_drained(const struct proxy_pair *pp)
 {
     return pp->ktx_taken == __atomic_load_n(pp->ktx_tail, __ATOMIC_ACQUIRE) &&
-           (!pp->hc->tp->is_flushed || pp->hc->tp->is_flushed(pp->hc));
+           (!pp->hc->tp->is_flushed || pp->hc->tp->is_flushed(pp->hc->ctx, pp->hc));
 }
 
 /* Sleeps until a kick raises target past `finished`, or stop, or a timeout
