@@ -1,8 +1,10 @@
 /* The threaded parts in one program, for ThreadSanitizer (Criterion's runner
  * does not start under TSan): ranks as threads doing collectives directly and
  * on host streams with events, one thread driving a group over two sets of
- * communicators, a non-blocking init polled from another thread, and an abort
- * from another thread while a rank waits in a collective. Exits non-zero on any
+ * communicators, a non-blocking init polled from another thread, an abort
+ * from another thread while a rank waits in a collective, and connections
+ * made on first use by several threads of one rank at once (two stream
+ * workers and the rank's own thread, in memory and over sockets). Exits non-zero on any
  * wrong result; TSan's report makes the exit code 66 on a race. */
 #include <pthread.h>
 #include <stdio.h>
@@ -179,8 +181,76 @@ static void abort_from_another_thread(void)
     plait_comm_destroy(c[1]);
 }
 
+/* ---------------------------------------------------------------- first uses from several threads */
+
+#define P 5
+#define PC 1000
+
+struct fu_arg {
+    plait_comm_t comm;
+    int rank;
+};
+
+static void *first_use_main(void *p)
+{
+    struct fu_arg *a = p;
+    const int r = a->rank;
+    int32_t *s = malloc(sizeof(int32_t) * PC * 6), *got = malloc(sizeof(int32_t) * PC * 6);
+    for (int i = 0; i < PC * 6; i++)
+        s[i] = r * 1000000 + i;
+    plait_stream_t s1, s2;
+    plait_stream_create(&s1);
+    plait_stream_create(&s2);
+    /* stream 1: ring +-1, stream 2: +-2, this thread: an alltoall (all pairs) */
+    plait_group_start();
+    plait_send(s, PC, PLAIT_INT32, (r + 1) % P, a->comm, s1);
+    plait_recv(got, PC, PLAIT_INT32, (r + P - 1) % P, a->comm, s1);
+    plait_group_end();
+    plait_group_start();
+    plait_send(s + PC, PC, PLAIT_INT32, (r + 2) % P, a->comm, s2);
+    plait_recv(got + PC, PC, PLAIT_INT32, (r + P - 2) % P, a->comm, s2);
+    plait_group_end();
+    int32_t *all_s = malloc(sizeof(int32_t) * PC * P), *all_r = malloc(sizeof(int32_t) * PC * P);
+    for (int i = 0; i < PC * P; i++)
+        all_s[i] = r * 1000000 + i;
+    CHECK(plait_alltoall(all_s, all_r, PC, PLAIT_INT32, a->comm, NULL) == PLAIT_SUCCESS, "rank %d first-use alltoall",
+          r);
+    CHECK(plait_stream_synchronize(s1) == PLAIT_SUCCESS && plait_stream_synchronize(s2) == PLAIT_SUCCESS,
+          "rank %d first-use streams", r);
+    CHECK(got[0] == ((r + P - 1) % P) * 1000000 && got[PC] == ((r + P - 2) % P) * 1000000 + PC &&
+              all_r[PC * ((r + 1) % P)] == ((r + 1) % P) * 1000000 + PC * r,
+          "rank %d first-use results", r);
+    plait_stream_destroy(s1);
+    plait_stream_destroy(s2);
+    free(s);
+    free(got);
+    free(all_s);
+    free(all_r);
+    return NULL;
+}
+
+static void first_use_from_threads(const char *transport)
+{
+    setenv("PLAIT_TRANSPORT", transport, 1);
+    plait_comm_t comms[P];
+    CHECK(plait_comm_init_all(comms, P, NULL) == PLAIT_SUCCESS, "init_all first use (%s)", transport);
+    pthread_t th[P];
+    struct fu_arg args[P];
+    for (int r = 0; r < P; r++) {
+        args[r] = (struct fu_arg){comms[r], r};
+        pthread_create(&th[r], NULL, first_use_main, &args[r]);
+    }
+    for (int r = 0; r < P; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < P; r++)
+        plait_comm_destroy(comms[r]);
+    unsetenv("PLAIT_TRANSPORT");
+}
+
 int main(void)
 {
+    first_use_from_threads("auto");
+    first_use_from_threads("socket");
     ranks_as_threads();
     one_thread_two_comm_sets();
     nonblocking_init();
