@@ -3,14 +3,13 @@
  * covering reuse, page widening, reference counts, LRU eviction under entry
  * and byte limits, merges, invalidation with and without references, reg
  * failures (nothing inserted), destroy with references, the kinds, many
- * seeded random operations checked against a model, and threads (run under
- * TSan in suite tsan). No memory is touched: the cache only handles
+ * seeded random operations checked against a model. The threads are
+ * tests/regcache_threads.c (a plain program, for TSan). No memory is touched: the cache only handles
  * addresses, so the tests use made-up ones. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -955,117 +954,4 @@ Test(regcache, random_vs_model_byte_limit)
 Test(regcache, random_vs_model_unlimited)
 {
     run_model(5, 10000, 0, 0);
-}
-
-/* ---------------------------------------------------------------- threads */
-
-#define T_THREADS 4
-#define T_OPS 20000
-
-struct tshared {
-    struct plait_regcache *rc;
-    int failed;
-    char msg[256];
-    int stop;
-};
-
-struct targ {
-    struct tshared *sh;
-    uint64_t seed;
-    int is_invalidator;
-};
-
-static void tfail(struct tshared *sh, const char *msg)
-{
-    if (!__atomic_exchange_n(&sh->failed, 1, __ATOMIC_ACQ_REL))
-        snprintf(sh->msg, sizeof(sh->msg), "%s", msg);
-}
-
-static void *tmain(void *p)
-{
-    struct targ *ta = p;
-    struct tshared *sh = ta->sh;
-    uint64_t x = ta->seed;
-    struct plait_regcache_ref held[4];
-    size_t nheld = 0;
-    double deadline = plait_deadline(120);
-    /* Workers do T_OPS operations; the invalidator runs until they are done. */
-    for (int i = 0; (ta->is_invalidator ? !__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE) : i < T_OPS) &&
-                    !__atomic_load_n(&sh->failed, __ATOMIC_RELAXED);
-         i++) {
-        if (plait_deadline_passed(deadline)) {
-            tfail(sh, "deadline passed");
-            break;
-        }
-        if (ta->is_invalidator) {
-            uintptr_t a = BASE + rng_next(&x) % (64 * PG);
-            if (plait_regcache_invalidate(sh->rc, (void *)a, 1 + rng_next(&x) % (4 * PG), NULL) != PLAIT_SUCCESS)
-                tfail(sh, "invalidate failed");
-            if (i % 16 == 0)
-                sched_yield();
-            continue;
-        }
-        if (i % 256 == 0)
-            sched_yield();
-        if (nheld < 4 && (nheld == 0 || rng_next(&x) % 2)) {
-            uintptr_t a = BASE + rng_next(&x) % (64 * PG);
-            size_t len = 1 + rng_next(&x) % (4 * PG);
-            struct plait_regcache_ref ref;
-            if (plait_regcache_get(sh->rc, (void *)a, len, &HOST, &ref) != PLAIT_SUCCESS) {
-                tfail(sh, plait_last_error_get());
-                break;
-            }
-            struct fake_reg *r = ref.handle;
-            if (ref.base > a || ref.base + ref.len < a + len || r->start != ref.base || r->len != ref.len)
-                tfail(sh, "a reference does not cover its request");
-            held[nheld++] = ref;
-        } else {
-            size_t k = rng_next(&x) % nheld;
-            if (!is_live(&held[k]))
-                tfail(sh, "a held registration was deregistered");
-            if (plait_regcache_put(sh->rc, held[k].entry) != PLAIT_SUCCESS)
-                tfail(sh, plait_last_error_get());
-            held[k] = held[--nheld];
-        }
-    }
-    for (size_t k = 0; k < nheld; k++) {
-        if (!is_live(&held[k]))
-            tfail(sh, "a held registration was deregistered");
-        plait_regcache_put(sh->rc, held[k].entry);
-    }
-    return NULL;
-}
-
-Test(regcache, threads)
-{
-    struct fake_owner o = {0};
-    struct tshared sh = {.rc = make_cache(&o, 16, 48 * PG)};
-    pthread_t th[T_THREADS + 1];
-    struct targ args[T_THREADS + 1];
-    for (int i = 0; i <= T_THREADS; i++) {
-        args[i] = (struct targ){.sh = &sh, .seed = 0x1234567ull + (uint64_t)i * 7777, .is_invalidator = i == T_THREADS};
-        cr_assert_eq(pthread_create(&th[i], NULL, tmain, &args[i]), 0);
-    }
-    for (int i = 0; i < T_THREADS; i++)
-        pthread_join(th[i], NULL);
-    __atomic_store_n(&sh.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(th[T_THREADS], NULL);
-    cr_assert_eq(sh.failed, 0, "%s", sh.msg);
-    struct plait_regcache_stats st = stats_of(sh.rc);
-    cr_assert_eq(st.referenced, 0);
-    cr_assert_eq(st.detached, 0);
-    cr_assert_eq(st.entries, o.live);
-    cr_assert_leq(st.entries, 16);
-    cr_assert_leq(st.bytes, 48 * PG);
-    cr_log_info("threads: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " merges, %" PRIu64 " evictions, %" PRIu64
-                " invalidated",
-                st.hits, st.misses, st.merges, st.evictions, st.invalidated);
-    cr_assert_gt(st.hits, 0);
-    cr_assert_gt(st.evictions, 0);
-    cr_assert_gt(st.invalidated, 0);
-    plait_regcache_destroy(sh.rc);
-    cr_assert_eq(o.live, 0);
-    cr_assert_eq(o.regs, o.deregs);
-    cr_assert_eq(o.bad_alignment, 0);
-    fake_free(&o);
 }
