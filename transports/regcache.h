@@ -26,6 +26,8 @@
  * Thread-safety: every function may be called from any thread; one mutex per
  * cache serialises them. The owner's callbacks run with that mutex held, so
  * they must not call back into the same cache (they may take their own locks).
+ * A get takes the lock and does a binary search: call it per buffer and
+ * operation, and keep the reference for the operation's chunks, not per chunk.
  */
 #ifndef PLAIT_TRANSPORTS_REGCACHE_H
 #define PLAIT_TRANSPORTS_REGCACHE_H
