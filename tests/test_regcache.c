@@ -41,6 +41,7 @@ struct fake_owner {
     int fail_first;      /* fail the next this many regs */
     size_t fail_above;   /* fail a reg longer than this (0: never) */
     int bad_alignment;   /* set when reg saw a range not aligned to the expected page */
+    int fail_dereg;      /* dereg fails (after releasing the registration) while set */
     struct fake_reg *all;
     /* The handles dereg saw, in order (the model test drains it after each op). */
     struct fake_reg **log;
@@ -88,6 +89,8 @@ static plait_result_t fake_dereg_cb(void *ctx, void *handle)
     __atomic_store_n(&r->live, 0, __ATOMIC_RELAXED);
     o->live--;
     o->live_bytes -= r->len;
+    if (o->fail_dereg)
+        return plait_error(PLAIT_ERR_SYSTEM, "fake dereg: EBUSY");
     if (o->use_log) {
         if (o->nlog == o->caplog) {
             o->caplog = o->caplog ? o->caplog * 2 : 64;
@@ -488,6 +491,31 @@ Test(regcache, reg_failure_inserts_nothing)
     cr_assert_eq(m2.handle, m.handle, "the overlapped entry is still cached");
     put_ok(rc, m2);
     cr_assert_eq(o.regs - o.deregs - stats_of(rc).reg_failures, o.live);
+    plait_regcache_destroy(rc);
+    cr_assert_eq(o.live, 0);
+    fake_free(&o);
+}
+
+Test(regcache, dereg_failure_is_forgotten)
+{
+    struct fake_owner o = {0};
+    struct plait_regcache *rc = make_cache(&o, 0, 0);
+    struct plait_regcache_ref a = get_ok(rc, BASE, PG);
+    size_t dropped;
+    cr_assert_eq(plait_regcache_invalidate(rc, (void *)BASE, PG, &dropped), PLAIT_SUCCESS);
+    o.fail_dereg = 1;
+    /* The last release deregisters; the owner's failure is returned ... */
+    cr_assert_eq(plait_regcache_put(rc, a.entry), PLAIT_ERR_SYSTEM);
+    /* ... and the registration is forgotten all the same. */
+    struct plait_regcache_stats st = stats_of(rc);
+    cr_assert_eq(st.dereg_failures, 1);
+    cr_assert_eq(st.detached, 0);
+    cr_assert_eq(st.bytes, 0);
+    /* A failure during eviction or destroy is counted, not returned. */
+    put_ok(rc, get_ok(rc, BASE + 4 * PG, PG));
+    cr_assert_eq(plait_regcache_trim(rc, 0), 1);
+    cr_assert_eq(stats_of(rc).dereg_failures, 2);
+    o.fail_dereg = 0;
     plait_regcache_destroy(rc);
     cr_assert_eq(o.live, 0);
     fake_free(&o);

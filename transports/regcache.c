@@ -1,7 +1,7 @@
 /* The memory registration cache (transports/regcache.h has the policy).
  *
  * Layout: the cached (reusable) entries sit in one array sorted by (class,
- * start). Within a class they never overlap, so the only entry that can cover
+ * start), each slot with its key and end. Within a class they never overlap, so the only entry that can cover
  * [s, e) is the last one of that class starting at or before s: a lookup is
  * one binary search. Unreferenced cached entries are also on a doubly linked
  * LRU list (oldest first); referenced entries that left the index (replaced
@@ -55,6 +55,14 @@ struct plait_regcache_entry {
     struct plait_regcache_entry *prev, *next;
 };
 
+/* An index slot holds its entry's key and end, so that a binary search reads
+ * only the array (one cache line per step) and never chases entry pointers. */
+struct rc_slot {
+    struct rc_class cls;
+    uintptr_t start, end;
+    struct plait_regcache_entry *e;
+};
+
 struct rc_list {
     struct plait_regcache_entry *head, *tail;
     size_t count;
@@ -64,7 +72,7 @@ struct plait_regcache {
     char name[64];
     struct plait_regcache_params p; /* p.name points at name */
     pthread_mutex_t lock;
-    struct plait_regcache_entry **idx; /* sorted by (class, start) */
+    struct rc_slot *idx; /* sorted by (class, start) */
     size_t n, cap;
     struct rc_list lru;      /* cached, unreferenced: head is the least recently used */
     struct rc_list detached; /* detached, referenced */
@@ -137,7 +145,7 @@ static size_t lower_bound(const struct plait_regcache *rc, const struct rc_class
     size_t lo = 0, hi = rc->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const struct plait_regcache_entry *e = rc->idx[mid];
+        const struct rc_slot *e = &rc->idx[mid];
         int c = class_cmp(&e->cls, cls);
         if (c < 0 || (c == 0 && e->start < start))
             lo = mid + 1;
@@ -155,10 +163,10 @@ static void overlap_run(const struct plait_regcache *rc, const struct rc_class *
                         size_t *first, size_t *last)
 {
     size_t i = lower_bound(rc, cls, s);
-    if (i > 0 && class_cmp(&rc->idx[i - 1]->cls, cls) == 0 && rc->idx[i - 1]->end > s)
+    if (i > 0 && class_cmp(&rc->idx[i - 1].cls, cls) == 0 && rc->idx[i - 1].end > s)
         i--;
     size_t j = i;
-    while (j < rc->n && class_cmp(&rc->idx[j]->cls, cls) == 0 && rc->idx[j]->start < e)
+    while (j < rc->n && class_cmp(&rc->idx[j].cls, cls) == 0 && rc->idx[j].start < e)
         j++;
     *first = i;
     *last = j;
@@ -172,10 +180,10 @@ static struct plait_regcache_entry *find_covering(const struct plait_regcache *r
     size_t i = lower_bound(rc, cls, s + 1);
     if (i == 0)
         return NULL;
-    struct plait_regcache_entry *c = rc->idx[i - 1];
+    const struct rc_slot *c = &rc->idx[i - 1];
     if (class_cmp(&c->cls, cls) != 0 || c->start > s || c->end < e)
         return NULL;
-    return c;
+    return c->e;
 }
 
 static uint64_t entry_offset(const struct plait_regcache_entry *e)
@@ -255,7 +263,7 @@ static int evict_one(struct plait_regcache *rc, const char *why)
         return 0;
     size_t i = lower_bound(rc, &e->cls, e->start);
     /* The index holds each cached entry exactly once (starts are distinct within a class). */
-    if (i >= rc->n || rc->idx[i] != e) {
+    if (i >= rc->n || rc->idx[i].e != e) {
         PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "regcache %s: LRU entry [0x%" PRIxPTR ", 0x%" PRIxPTR ") not in the index",
                    rc->name, e->start, e->end);
         return 0;
@@ -422,7 +430,7 @@ plait_result_t plait_regcache_get(struct plait_regcache *rc, const void *addr, s
     }
     if (rc->n == rc->cap) {
         size_t cap = rc->cap ? rc->cap * 2 : 16;
-        struct plait_regcache_entry **idx = realloc(rc->idx, cap * sizeof(*idx));
+        struct rc_slot *idx = realloc(rc->idx, cap * sizeof(*idx));
         if (!idx) {
             free(ne);
             pthread_mutex_unlock(&rc->lock);
@@ -437,10 +445,10 @@ plait_result_t plait_regcache_get(struct plait_regcache *rc, const void *addr, s
     overlap_run(rc, &cls, s, e, &first, &last);
     uintptr_t us = s, ue = e;
     if (first < last) {
-        if (rc->idx[first]->start < us)
-            us = rc->idx[first]->start;
-        if (rc->idx[last - 1]->end > ue)
-            ue = rc->idx[last - 1]->end;
+        if (rc->idx[first].start < us)
+            us = rc->idx[first].start;
+        if (rc->idx[last - 1].end > ue)
+            ue = rc->idx[last - 1].end;
     }
     void *handle = NULL;
     char why[512];
@@ -489,10 +497,10 @@ plait_result_t plait_regcache_get(struct plait_regcache *rc, const void *addr, s
     if (first < last)
         rc->st.merges++;
     for (size_t k = first; k < last; k++)
-        entry_detach(rc, rc->idx[k], 0, "replaced by a merged registration");
+        entry_detach(rc, rc->idx[k].e, 0, "replaced by a merged registration");
     size_t removed = last - first;
     memmove(&rc->idx[first + 1], &rc->idx[last], (rc->n - last) * sizeof(rc->idx[0]));
-    rc->idx[first] = ne;
+    rc->idx[first] = (struct rc_slot){.cls = cls, .start = us, .end = ue, .e = ne};
     rc->n = rc->n - removed + 1;
 
     /* A merge can grow past what was made room for. */
@@ -550,17 +558,17 @@ plait_result_t plait_regcache_invalidate(struct plait_regcache *rc, const void *
     /* One run per class: the index is sorted by class first. */
     size_t i = 0;
     while (len > 0 && i < rc->n) {
-        struct rc_class cls = rc->idx[i]->cls;
+        struct rc_class cls = rc->idx[i].cls;
         size_t first, last;
         overlap_run(rc, &cls, a, a + len, &first, &last);
         for (size_t k = first; k < last; k++)
-            entry_detach(rc, rc->idx[k], 1, "invalidated");
+            entry_detach(rc, rc->idx[k].e, 1, "invalidated");
         memmove(&rc->idx[first], &rc->idx[last], (rc->n - last) * sizeof(rc->idx[0]));
         rc->n -= last - first;
         dropped += last - first;
         /* The next class begins after every entry of this one. */
         i = lower_bound(rc, &cls, UINTPTR_MAX);
-        while (i < rc->n && class_cmp(&rc->idx[i]->cls, &cls) == 0)
+        while (i < rc->n && class_cmp(&rc->idx[i].cls, &cls) == 0)
             i++;
     }
     rc->st.invalidated += dropped;
@@ -607,7 +615,7 @@ void plait_regcache_destroy(struct plait_regcache *rc)
         for (size_t i = 0; nnamed < RC_WARN_MAX_NAMED && (i < rc->n || d); i++) {
             struct plait_regcache_entry *e;
             if (i < rc->n) {
-                e = rc->idx[i];
+                e = rc->idx[i].e;
             } else {
                 e = d;
                 d = d->next;
@@ -632,7 +640,7 @@ void plait_regcache_destroy(struct plait_regcache *rc)
                rc->name, rc->st.hits, rc->st.misses, rc->st.merges, rc->st.evictions, rc->st.invalidated,
                rc->st.reg_calls, rc->st.reg_failures, rc->st.bytes_registered_total, rc->st.peak_bytes);
     for (size_t i = 0; i < rc->n; i++) {
-        struct plait_regcache_entry *e = rc->idx[i];
+        struct plait_regcache_entry *e = rc->idx[i].e;
         if (e->refs == 0)
             list_remove(&rc->lru, e);
         entry_dereg(rc, e, "cache destroyed");
