@@ -96,11 +96,12 @@ static void check_peers_locked(struct plait_comm *comm)
         /* Kept after the pidfd goes: a wait that needs this peer (a FIFO slot,
          * a small-message box) then fails at once. */
         if (comm->peer_exited)
-            __atomic_store_n(&comm->peer_exited[p], 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&comm->peer_exited[p], 1, __ATOMIC_SEQ_CST);
         /* The process is gone: what it left in our FIFOs is still read; waiting
          * for more becomes an error. */
         for (int c = 0; c < comm->ncls; c++) {
-            struct plait_conn *conn = comm->conns[p * comm->ncls + c];
+            /* seq_cst: see plait_comm_conn_get's making of a connection */
+            struct plait_conn *conn = __atomic_load_n(&comm->conns[p * comm->ncls + c], __ATOMIC_SEQ_CST);
             /* A TCP peer's last data may still sit in our kernel buffer:
              * its EOF, read in order after that data, is what ends it. */
             if (conn && !conn->needs_progress)

@@ -175,7 +175,8 @@ static int at_init(const struct plait_comm *comm, int peer, int cls)
 
 /* One attempt at (peer, cls); *out is NULL while it is being made. Called
  * with conn_lock held. */
-static plait_result_t conn_step(struct plait_comm *comm, int peer, int cls, double deadline, struct plait_conn **out)
+static plait_result_t conn_step(struct plait_comm *comm, int peer, int cls, double deadline, int both_now,
+                                struct plait_conn **out)
 {
     const size_t i = (size_t)peer * (size_t)comm->ncls + (size_t)cls;
     const int t = comm->tp_of[peer];
@@ -197,7 +198,7 @@ static plait_result_t conn_step(struct plait_comm *comm, int peer, int cls, doub
             status = plait_error(PLAIT_ERR_INTERNAL, "the %s transport needs a connection blob, which this build "
                                  "cannot exchange", tp->name);
         else
-            status = tp->connect(comm->tp_ctx[t], peer, cls, NULL);
+            status = tp->connect(comm->tp_ctx[t], peer, cls, both_now ? PLAIT_TP_BOTH_NOW : 0, NULL);
         if (!status) {
             comm->conn_state[i] = CS_CONNECTING;
             comm->conn_since[i] = plait_now();
@@ -218,10 +219,13 @@ static plait_result_t conn_step(struct plait_comm *comm, int peer, int cls, doub
         return plait_error_context(status, "rank %d: %s connection with %s on class %d", comm->rank, tp->name,
                                    plait_peer_str(comm, peer, who, sizeof(who)), cls);
     }
-    /* A peer already known dead (its pidfd fired) gives nothing more. */
-    if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[peer], __ATOMIC_ACQUIRE) && !conn->needs_progress)
+    /* A peer already known dead (its pidfd fired) gives nothing more. The
+     * watcher stores peer_exited and then reads conns[]; this stores conns[]
+     * and then reads peer_exited: sequentially consistent, so at least one
+     * of the two sees the other and the connection is marked. */
+    __atomic_store_n(&comm->conns[i], conn, __ATOMIC_SEQ_CST);
+    if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[peer], __ATOMIC_SEQ_CST) && !conn->needs_progress)
         __atomic_store_n(&conn->peer_gone, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&comm->conns[i], conn, __ATOMIC_RELEASE);
     comm->nconns_made++;
     if (comm->init_done)
         PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "rank %d: %s connection with %s on class %d made on first use in %.3f ms",
@@ -231,7 +235,8 @@ static plait_result_t conn_step(struct plait_comm *comm, int peer, int cls, doub
     return PLAIT_SUCCESS;
 }
 
-static plait_result_t conn_get(struct plait_comm *comm, int peer, int cls, double deadline, struct plait_conn **out)
+static plait_result_t conn_get(struct plait_comm *comm, int peer, int cls, double deadline, int both_now,
+                               struct plait_conn **out)
 {
     struct plait_conn *c = __atomic_load_n(&comm->conns[(size_t)peer * (size_t)comm->ncls + (size_t)cls],
                                            __ATOMIC_ACQUIRE);
@@ -240,7 +245,7 @@ static plait_result_t conn_get(struct plait_comm *comm, int peer, int cls, doubl
         return PLAIT_SUCCESS;
     }
     pthread_mutex_lock(&comm->conn_lock);
-    plait_result_t status = conn_step(comm, peer, cls, deadline, out);
+    plait_result_t status = conn_step(comm, peer, cls, deadline, both_now, out);
     pthread_mutex_unlock(&comm->conn_lock);
     return status;
 }
@@ -250,7 +255,7 @@ static plait_result_t conn_get(struct plait_comm *comm, int peer, int cls, doubl
  * dead-peer checks) decides. */
 plait_result_t plait_comm_conn_get(struct plait_comm *comm, int peer, int cls, struct plait_conn **out)
 {
-    return conn_get(comm, peer, cls, 0, out);
+    return conn_get(comm, peer, cls, 0, 0, out);
 }
 
 /* Makes every connection `which` selects (at_init's, or every one this rank
@@ -267,7 +272,9 @@ static plait_result_t connect_set(struct plait_comm *comm, int all)
                 if (!(all ? plait_conn_needed(comm, me, p, c) : at_init(comm, p, c)))
                     continue;
                 struct plait_conn *conn = NULL;
-                plait_result_t status = conn_get(comm, p, c, deadline, &conn);
+                /* at init both ends make the same set now; connect_all (the
+                 * CUDA backend) too: every rank of such a communicator does */
+                plait_result_t status = conn_get(comm, p, c, deadline, 1, &conn);
                 if (status)
                     return status;
                 pending += conn == NULL;

@@ -91,7 +91,8 @@ static int step_conns_ready(struct plait_task *t, plait_result_t *err)
         if (!(ops & (k ? PLAIT_PIECE_SEND : PLAIT_PIECE_RECV)))
             continue;
         const int peer = k ? st->send_peer : st->recv_peer;
-        if (peer >= 0 && peer < comm->nranks && comm->conns[peer * comm->ncls + t->cls])
+        if (peer >= 0 && peer < comm->nranks &&
+            __atomic_load_n(&comm->conns[peer * comm->ncls + t->cls], __ATOMIC_ACQUIRE))
             continue;
         if (peer < 0 || peer >= comm->nranks || !plait_conn_needed(comm, comm->rank, peer, t->cls)) {
             struct plait_op *op = t->op;
@@ -105,8 +106,14 @@ static int step_conns_ready(struct plait_task *t, plait_result_t *err)
         struct plait_conn *c = NULL;
         if ((*err = plait_comm_conn_get(comm, peer, t->cls, &c)))
             return -1;
-        if (!c)
+        if (!c) {
+            /* a same-host peer known gone makes no half of anything */
+            if (comm->peer_exited && __atomic_load_n(&comm->peer_exited[peer], __ATOMIC_SEQ_CST)) {
+                *err = peer_gone_error(t, peer, "waiting for its side of a connection made on first use");
+                return -1;
+            }
             ready = 0;
+        }
     }
     return ready;
 }
@@ -739,7 +746,7 @@ static void task_waits(struct plait_task *t, struct plait_waits *w)
     const unsigned ops = sr ? PLAIT_PIECE_RECV | PLAIT_PIECE_SEND : plait_piece_ops(st->kind);
     const int recv_left = sr ? t->recv_off < st->count : t->piece_off < st->count;
     if ((ops & PLAIT_PIECE_RECV) && recv_left && st->recv_peer >= 0 && st->recv_peer < comm->nranks) {
-        struct plait_conn *c = comm->conns[st->recv_peer * comm->ncls + t->cls];
+        struct plait_conn *c = __atomic_load_n(&comm->conns[st->recv_peer * comm->ncls + t->cls], __ATOMIC_ACQUIRE);
         uint32_t got;
         if (!c)
             plait_waits_add(w, st->recv_peer, "its side of a connection made on first use");
@@ -747,7 +754,7 @@ static void task_waits(struct plait_task *t, struct plait_waits *w)
             plait_waits_add(w, st->recv_peer, "its data");
     }
     if ((ops & PLAIT_PIECE_SEND) && t->piece_off < st->count && st->send_peer >= 0 && st->send_peer < comm->nranks) {
-        struct plait_conn *c = comm->conns[st->send_peer * comm->ncls + t->cls];
+        struct plait_conn *c = __atomic_load_n(&comm->conns[st->send_peer * comm->ncls + t->cls], __ATOMIC_ACQUIRE);
         if (!c)
             plait_waits_add(w, st->send_peer, "its side of a connection made on first use");
         else if (!plait_conn_send_slot(c))

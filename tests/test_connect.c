@@ -382,23 +382,27 @@ struct dead_board {
     char err[1024];
 };
 
+struct dead_roles {
+    int victim, survivor; /* the survivor receives from the victim */
+};
+
 static int dead_child(struct mr_child *c, void *arg)
 {
-    (void)arg;
+    const struct dead_roles *roles = arg;
     struct dead_board *b = c->shared;
     plait_comm_t comm = mr_child_init(c);
     if (!comm)
         return 1;
     mr_child_ready(c);
-    if (c->rank == 2) {
+    if (c->rank == roles->victim) {
         for (;;)
             pause(); /* killed by the parent */
     }
-    if (c->rank == 0) {
-        mr_sleep_ms(300); /* the parent kills rank 2 meanwhile */
+    if (c->rank == roles->survivor) {
+        mr_sleep_ms(300); /* the parent kills the victim meanwhile */
         float buf[64] = {0};
         const double t0 = mr_now();
-        b->result = (int)plait_recv(buf, 64, PLAIT_FLOAT32, 2, comm, NULL);
+        b->result = (int)plait_recv(buf, 64, PLAIT_FLOAT32, roles->victim, comm, NULL);
         b->took = mr_now() - t0;
         snprintf(b->err, sizeof(b->err), "%s", plait_get_last_error(comm));
     }
@@ -406,26 +410,27 @@ static int dead_child(struct mr_child *c, void *arg)
     return 0;
 }
 
-static void dead_case(const char *transport)
+static void dead_case(const char *transport, int victim, int survivor)
 {
+    struct dead_roles roles = {victim, survivor};
     setenv("PLAIT_TRANSPORT", transport, 1);
     setenv("PLAIT_COLL_TIMEOUT", "20", 1);
     char msg[1024];
     struct mr_shm_set before;
     mr_shm_snapshot(&before);
-    struct mr_procs *p = mr_procs_start(3, dead_child, NULL, sizeof(struct dead_board), 0, msg, sizeof(msg));
+    struct mr_procs *p = mr_procs_start(3, dead_child, &roles, sizeof(struct dead_board), 0, msg, sizeof(msg));
     cr_assert_not_null(p, "%s", msg);
     cr_assert_eq(mr_procs_wait_ready(p, 3, 60), 0, "the ranks did not init");
-    mr_procs_kill(p, 2, SIGKILL);
+    mr_procs_kill(p, victim, SIGKILL);
     mr_procs_join(p, 60, msg, sizeof(msg));
     struct dead_board got = *(struct dead_board *)mr_procs_shared(p);
     mr_procs_free(p);
     unsetenv("PLAIT_TRANSPORT");
     unsetenv("PLAIT_COLL_TIMEOUT");
-    cr_log_info("%s: rank 0 after %.2f s: %s", transport, got.took, got.err);
-    cr_expect_eq(got.result, PLAIT_ERR_REMOTE, "%s: rank 0's receive from the dead rank 2 returned %d: %s", transport,
-                 got.result, got.err);
-    cr_expect(mr_names_rank(got.err, 2), "%s: the error does not name rank 2: %s", transport, got.err);
+    cr_log_info("%s: rank %d after %.2f s: %s", transport, survivor, got.took, got.err);
+    cr_expect_eq(got.result, PLAIT_ERR_REMOTE, "%s: rank %d's receive from the dead rank %d returned %d: %s", transport,
+                 survivor, victim, got.result, got.err);
+    cr_expect(mr_names_rank(got.err, victim), "%s: the error does not name rank %d: %s", transport, victim, got.err);
     cr_expect_lt(got.took, 5.0, "%s: the error came after %.2f s", transport, got.took);
     char left[1024] = "";
     const int nleft = mr_shm_new_entries(&before, left, sizeof(left));
@@ -435,12 +440,14 @@ static void dead_case(const char *transport)
 
 Test(connect, peer_dead_before_first_use_shm, .timeout = 120)
 {
-    dead_case("auto");
+    dead_case("auto", 2, 0);
+    dead_case("auto", 0, 2);
 }
 
 Test(connect, peer_dead_before_first_use_socket, .timeout = 120)
 {
-    dead_case("socket");
+    dead_case("socket", 2, 0); /* the survivor dials the dead rank */
+    dead_case("socket", 0, 2); /* the dead rank would have dialed the survivor */
 }
 
 /* A small send that the peer receives only after a collective it runs
@@ -451,18 +458,22 @@ Test(connect, peer_dead_before_first_use_socket, .timeout = 120)
 static int eager_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
 {
     (void)arg;
+    /* rank 0 sends to the last rank and the last rank to rank 1: a lower
+     * and a higher rank's first use */
     int32_t v = 1000 + rank, got = -1;
     float x = 1.0f, sum = 0;
-    if (rank == 0 && plait_send(&v, 1, PLAIT_INT32, n - 1, comm, NULL))
-        FAIL("rank 0: the send: %s", plait_get_last_error(comm));
+    const int to = rank == 0 ? n - 1 : rank == n - 1 ? 1 : -1;
+    const int from = rank == n - 1 ? 0 : rank == 1 ? n - 1 : -1;
+    if (to >= 0 && plait_send(&v, 1, PLAIT_INT32, to, comm, NULL))
+        FAIL("rank %d: the send: %s", rank, plait_get_last_error(comm));
     if (plait_allreduce(&x, &sum, 1, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL))
         FAIL("rank %d: the allreduce: %s", rank, plait_get_last_error(comm));
     if (sum != (float)n)
         FAIL("rank %d: the allreduce gave %g", rank, (double)sum);
-    if (rank == n - 1) {
-        if (plait_recv(&got, 1, PLAIT_INT32, 0, comm, NULL))
+    if (from >= 0) {
+        if (plait_recv(&got, 1, PLAIT_INT32, from, comm, NULL))
             FAIL("rank %d: the receive: %s", rank, plait_get_last_error(comm));
-        if (got != 1000)
+        if (got != 1000 + from)
             FAIL("rank %d: received %d", rank, got);
     }
     return 0;
@@ -470,7 +481,33 @@ static int eager_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, 
 
 Test(connect, eager_send_before_a_collective, .timeout = 120)
 {
-    run(MR_THREADS, 3, eager_rank, NULL);
-    run(MR_SHM, 3, eager_rank, NULL);
-    run(MR_SOCKET, 3, eager_rank, NULL);
+    run(MR_THREADS, 4, eager_rank, NULL);
+    run(MR_SHM, 4, eager_rank, NULL);
+    run(MR_SOCKET, 4, eager_rank, NULL);
+}
+
+/* A rank's connection with itself and a send nobody takes leave nothing
+ * behind between threads (the registry of objects waiting for their second
+ * end is empty once the communicators are gone). */
+static int self_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    (void)arg;
+    int32_t v = rank, got = -1;
+    plait_group_start();
+    plait_send(&v, 1, PLAIT_INT32, rank, comm, NULL);
+    plait_recv(&got, 1, PLAIT_INT32, rank, comm, NULL);
+    if (plait_group_end() || got != rank)
+        FAIL("rank %d: send to itself: %s", rank, plait_get_last_error(comm));
+    /* rank 0 sends to the last rank, which never receives it */
+    if (rank == 0 && n > 1 && plait_send(&v, 1, PLAIT_INT32, n - 1, comm, NULL))
+        FAIL("rank 0: the send nobody receives: %s", plait_get_last_error(comm));
+    return 0;
+}
+
+Test(connect, nothing_left_between_threads, .timeout = 60)
+{
+    for (int i = 0; i < 3; i++)
+        run(MR_THREADS, 3, self_rank, NULL);
+    cr_expect_eq(plait_inproc_objects_listed(), 0, "%d connection objects are left in the registry",
+                 plait_inproc_objects_listed());
 }

@@ -352,12 +352,12 @@ Test(tcp, hello_bad_magic, .timeout = 40)
 
 Test(tcp, hello_rank_not_below, .timeout = 40)
 {
-    hello_case(FORGE_RANK_NOT_BELOW, "a hello from rank 1, not a rank below 1");
+    hello_case(FORGE_RANK_NOT_BELOW, "a hello from rank 1, not another rank of the 2 of the communicator");
 }
 
 Test(tcp, hello_rank_negative, .timeout = 40)
 {
-    hello_case(FORGE_RANK_NEGATIVE, "a hello from rank -1, not a rank below 1");
+    hello_case(FORGE_RANK_NEGATIVE, "a hello from rank -1, not another rank of the 2 of the communicator");
 }
 
 Test(tcp, hello_class_out_of_range, .timeout = 40)

@@ -63,11 +63,22 @@ struct inproc_pair {
     uint8_t key[32];
     int refs;
     int listed;  /* in the registry: the second end has not taken it */
+    int abandoned; /* the second end's communicator is gone without taking it: free at the last put */
     char *mem;
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct inproc_pair *registry;
+
+int plait_inproc_objects_listed(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (const struct inproc_pair *ip = registry; ip; ip = ip->next)
+        n++;
+    pthread_mutex_unlock(&registry_lock);
+    return n;
+}
 
 /* This rank's end of one connection. */
 struct pair {
@@ -146,7 +157,7 @@ static void inproc_pair_put(struct inproc_pair *ip, int keep)
     if (!ip)
         return;
     pthread_mutex_lock(&registry_lock);
-    if (--ip->refs == 0 && !(keep && ip->listed)) {
+    if (--ip->refs == 0 && !(keep && ip->listed && !ip->abandoned)) {
         if (ip->listed)
             for (struct inproc_pair **pp = &registry; *pp; pp = &(*pp)->next)
                 if (*pp == ip) {
@@ -166,9 +177,10 @@ static void pair_free(struct shm_state *st, struct pair *p)
     /* Sends the peer has not come for: it will find them there, unless it
      * is gone (then they are moot). */
     const int peer = p->conn.peer;
-    const int pending = p->ready && p->first && p->conn.tx_posted > 0 &&
-                        !(p->mem && __atomic_load_n((uint64_t *)p->mem, __ATOMIC_ACQUIRE)) &&
-                        !(kill((pid_t)st->env->ranks[peer].pid, 0) != 0 && errno == ESRCH);
+    const int pending = p->ready && p->first && peer != st->env->rank && p->conn.tx_posted > 0 &&
+                        (st->is_shm ? !__atomic_load_n((uint64_t *)p->mem, __ATOMIC_ACQUIRE) &&
+                                          !(kill((pid_t)st->env->ranks[peer].pid, 0) != 0 && errno == ESRCH)
+                                    : 1 /* inproc_pair_put keeps it only while listed */);
     if (st->is_shm) {
         if (p->mem)
             munmap(p->mem, p->bytes);
@@ -190,7 +202,7 @@ static void shm_free_state(struct shm_state *st)
         pair_free(st, st->pairs[i]);
     /* The objects peers made for connections this end never asked for (a
      * send nobody received): gone with the last end's communicator. */
-    for (int peer = 0; st->is_shm && st->pairs && peer < env->nranks; peer++) {
+    for (int peer = 0; st->pairs && peer < env->nranks; peer++) {
         if (peer == env->rank || !joins(st, env->rank, peer))
             continue;
         for (int c = 0; c < env->ncls; c++) {
@@ -199,7 +211,25 @@ static void shm_free_state(struct shm_state *st)
             uint8_t key[32];
             char name[96];
             pair_name(st, peer, c, key, name, sizeof(name));
-            shm_unlink(name);
+            if (st->is_shm) {
+                shm_unlink(name);
+                continue;
+            }
+            pthread_mutex_lock(&registry_lock);
+            for (struct inproc_pair **pp = &registry; *pp; pp = &(*pp)->next) {
+                struct inproc_pair *ip = *pp;
+                if (memcmp(ip->key, key, sizeof(key)) != 0)
+                    continue;
+                if (ip->refs == 0) { /* its first end kept it for us: nobody else will take it */
+                    *pp = ip->next;
+                    free(ip->mem);
+                    free(ip);
+                } else {
+                    ip->abandoned = 1; /* its first end frees it */
+                }
+                break;
+            }
+            pthread_mutex_unlock(&registry_lock);
         }
     }
     for (int r = 0; r < env->nranks; r++) {
@@ -775,11 +805,12 @@ static plait_result_t pair_get(struct shm_state *st, struct pair *p, int peer)
 }
 
 /* Nothing to send the peer: both ends find the object by its name. */
-static plait_result_t shm_connect(void *ctx, int peer, int cls, void *blob)
+static plait_result_t shm_connect(void *ctx, int peer, int cls, unsigned flags, void *blob)
 {
     (void)ctx;
     (void)peer;
     (void)cls;
+    (void)flags;
     (void)blob;
     return PLAIT_SUCCESS;
 }

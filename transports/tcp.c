@@ -14,16 +14,19 @@
  * recorded (peer_gone); it becomes an error only when the executor waits for
  * data or credit that can no longer come.
  *
- * Connections: init listens and allgathers every rank's address. A pair's
- * lower rank dials the higher one (connect() starts it), both sides run the
- * challenge-response with the communicator's secret, then the dialer names
- * its rank and class in a hello. Nothing blocks: connect() only starts the
- * dial; every accept() call moves every handshake of the context a step
- * (this rank's dials and the connections that came in, which wait in a list
- * until their hello says which they are) and says whether the one asked for
- * is made. So two ranks that need each other at once, or a rank that dials
- * some peers while others dial it, never wait on each other: each side's
- * handshakes move whenever it asks for any connection. A connection that fails the
+ * Connections: init listens and allgathers every rank's address. The end
+ * that first needs a connection dials the other (connect() starts it), both
+ * sides run the challenge-response with the communicator's secret, the dialer
+ * names its rank and class in a hello, and the acceptor answers "taken" or,
+ * when it dialed the same connection itself and is the lower rank, "lost":
+ * when both ends dial at once, the lower rank's dial is the connection. So a
+ * send completes without its peer asking for the connection (its handshakes
+ * move in progress()), as when every connection was made at init. Nothing
+ * blocks: connect() only starts the dial; every accept() call, and progress()
+ * every HS_PERIOD, moves every handshake of the context a step (this rank's
+ * dials and the connections that came in, which wait in a list until their
+ * hello says which they are, for at most HS_IN_LIMIT_S and at most
+ * in_cap_max of them). A connection that fails the
  * handshake or whose hello names no connection this rank expects (not a hello,
  * a rank not below it, a class out of range, a class already connected) is
  * dropped and the expected peers keep their chance; if they do not come by the
@@ -50,6 +53,10 @@
 
 #define TCP_MAGIC 0x504c5431u /* "PLT1" */
 #define HELLO_MAGIC 0x504c4843u
+/* The acceptor's answer to a hello: taken, or lost to the acceptor's own dial
+ * of the same connection (both ends dialed at once: the lower rank's wins). */
+#define REPLY_TAKEN 0x504c4f4bu
+#define REPLY_LOST 0x504c4c53u
 
 struct tcp_conn {
     struct plait_conn conn;
@@ -67,16 +74,19 @@ struct tcp_conn {
     size_t rx_off;
     uint32_t rx_hdr[2];
     int eof; /* the peer closed its side: nothing more will arrive */
+    int dialed; /* this rank dialed it (a hello for it from a higher rank crossed our dial: "lost") */
     char malformed[512]; /* set by a malformed message: the connection is dead, this is why */
 };
 
 /* A handshake in progress: a dial of ours, or a connection that came in. */
 enum hs_phase {
+    HS_LATER,        /* dial of a higher rank: starts at `deadline` unless the lower rank's comes first */
     HS_CONNECTING,   /* dial: the TCP connect has not completed */
     HS_CHALLENGE,    /* dial: reading the challenge; in: writing it */
     HS_ANSWER,       /* dial: writing the answer; in: reading it */
     HS_PROOF,        /* dial: reading the proof; in: writing it */
-    HS_HELLO,        /* in: reading the hello */
+    HS_HELLO,        /* in: reading the hello; dial: writing it */
+    HS_REPLY,        /* dial: reading the answer to the hello; in: writing it */
 };
 
 struct handshake {
@@ -89,7 +99,19 @@ struct handshake {
     char from[PLAIT_SOCKADDR_STRLEN];
     plait_result_t failed;   /* dial: how it failed (its accept() says so), PLAIT_SUCCESS while it goes on */
     char msg[512];
+    double deadline;         /* in: dropped when its hello has not come by then; HS_LATER: when to dial */
 };
+
+/* A higher rank's dial waits this long for the lower rank's, which usually
+ * comes at once when both need the connection (a collective's first call). */
+#define HS_HIGHER_DELAY_S 2e-3
+
+static plait_result_t dial_start(const struct plait_tp_env *env, const union plait_sockaddr *a,
+                                 struct handshake *h);
+
+/* An incoming connection that has not said who it is within this long is
+ * dropped (it holds an fd of ours). */
+#define HS_IN_LIMIT_S 30.0
 
 struct tcp_state {
     const struct plait_tp_env *env;
@@ -236,8 +258,11 @@ static plait_result_t tcp_progress(void *ctx, struct plait_conn *conn, struct pl
     struct tcp_state *st = ctx;
     if (!conn && st && st->lfd >= 0) {
         const double now = plait_now();
-        if (now >= st->hs_next && pthread_mutex_trylock(&st->hs_lock) == 0) {
-            st->hs_next = now + HS_PERIOD;
+        double next;
+        __atomic_load(&st->hs_next, &next, __ATOMIC_RELAXED);
+        if (now >= next && pthread_mutex_trylock(&st->hs_lock) == 0) {
+            next = now + HS_PERIOD;
+            __atomic_store(&st->hs_next, &next, __ATOMIC_RELAXED);
             /* a failure here is the failing connection's accept() to report */
             (void)tcp_handshakes(st);
             pthread_mutex_unlock(&st->hs_lock);
@@ -395,8 +420,9 @@ static int hello_problem(const struct tcp_state *st, const struct hello *h, char
     const int me = env->rank;
     if (h->magic != HELLO_MAGIC)
         snprintf(why, len, "not a hello (magic 0x%08x, a hello starts with 0x%08x)", h->magic, HELLO_MAGIC);
-    else if (h->rank < 0 || h->rank >= me)
-        snprintf(why, len, "a hello from rank %d, not a rank below %d (only lower ranks connect)", h->rank, me);
+    else if (h->rank < 0 || h->rank >= env->nranks || h->rank == me)
+        snprintf(why, len, "a hello from rank %d, not another rank of the %d of the communicator (this is rank %d)",
+                 h->rank, env->nranks, me);
     else if (h->cls < 0 || h->cls >= env->ncls)
         snprintf(why, len, "a hello from rank %d for connection class %d of %d", h->rank, h->cls, env->ncls);
     else if (!joins(env, me, h->rank))
@@ -404,7 +430,7 @@ static int hello_problem(const struct tcp_state *st, const struct hello *h, char
     else if (!env->wanted(env->core, me, h->rank, h->cls))
         snprintf(why, len, "a hello from rank %d for connection class %d, which rank %d does not use", h->rank,
                  h->cls, me);
-    else if (st->by[h->rank * env->ncls + h->cls])
+    else if (st->by[h->rank * env->ncls + h->cls] && !st->by[h->rank * env->ncls + h->cls]->dialed)
         snprintf(why, len, "a second hello from rank %d for connection class %d", h->rank, h->cls);
     else
         return 0;
@@ -483,35 +509,64 @@ static plait_result_t tcp_init(const struct plait_tp_env *env, void **ctx)
     return PLAIT_SUCCESS;
 }
 
-/* The lower rank of a pair starts dialing the higher one. */
-static plait_result_t tcp_connect(void *ctx, int peer, int cls, void *blob)
+/* Opens the socket of a dial and starts its TCP connect. */
+static plait_result_t dial_start(const struct plait_tp_env *env, const union plait_sockaddr *a, struct handshake *h)
+{
+    h->phase = HS_CONNECTING;
+    h->fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const socklen_t alen = a->sa.sa_family == AF_INET6 ? sizeof(a->sin6) : sizeof(a->sin);
+    if (h->fd < 0 || (connect(h->fd, &a->sa, alen) != 0 && errno != EINPROGRESS)) {
+        const int e = errno;
+        char who[160];
+        return plait_error(PLAIT_ERR_REMOTE, "socket: connecting to %s at %s: %s",
+                           env->peer_str(env->core, h->peer, who, sizeof(who)), h->from, strerror(e));
+    }
+    return PLAIT_SUCCESS;
+}
+
+/* Starts dialing the peer, unless its dial has made the connection already.
+ * With PLAIT_TP_BOTH_NOW only the lower rank dials (the higher one knows it
+ * comes); otherwise the higher rank dials too, a little later, so that the
+ * connection is made even if the lower rank asks for it only later. */
+static plait_result_t tcp_connect(void *ctx, int peer, int cls, unsigned flags, void *blob)
 {
     (void)blob;
     struct tcp_state *st = ctx;
     if (!st)
         return plait_error(PLAIT_ERR_INTERNAL, "socket: a connection to rank %d with no socket peer", peer);
     const struct plait_tp_env *env = st->env;
-    if (peer < env->rank)
+    const int i = peer * env->ncls + cls;
+    const int higher = peer < env->rank;
+    if (higher && (flags & PLAIT_TP_BOTH_NOW))
         return PLAIT_SUCCESS; /* it dials us */
+    pthread_mutex_lock(&st->hs_lock);
+    const int skip = st->by[i] != NULL || st->dials[i] != NULL;
+    pthread_mutex_unlock(&st->hs_lock);
+    if (skip)
+        return PLAIT_SUCCESS;
     struct handshake *h = calloc(1, sizeof(*h));
     if (!h)
         return plait_error(PLAIT_ERR_SYSTEM, "socket: out of memory");
+    h->fd = -1;
     h->peer = peer;
     h->cls = cls;
-    h->phase = HS_CONNECTING;
-    const union plait_sockaddr *a = &st->addrs[peer];
-    plait_sockaddr_str(a, h->from, sizeof(h->from));
-    h->fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    const socklen_t alen = a->sa.sa_family == AF_INET6 ? sizeof(a->sin6) : sizeof(a->sin);
-    if (h->fd < 0 || (connect(h->fd, &a->sa, alen) != 0 && errno != EINPROGRESS)) {
-        const int e = errno;
-        hs_free(h);
-        char who[160];
-        return plait_error(PLAIT_ERR_REMOTE, "socket: connecting to %s at %s: %s",
-                           env->peer_str(env->core, peer, who, sizeof(who)), h->from, strerror(e));
+    plait_sockaddr_str(&st->addrs[peer], h->from, sizeof(h->from));
+    if (higher) {
+        h->phase = HS_LATER;
+        h->deadline = plait_now() + HS_HIGHER_DELAY_S;
+    } else {
+        plait_result_t status = dial_start(env, &st->addrs[peer], h);
+        if (status) {
+            hs_free(h);
+            return status;
+        }
     }
     pthread_mutex_lock(&st->hs_lock);
-    st->dials[peer * env->ncls + cls] = h;
+    if (st->by[i] || st->dials[i]) {
+        hs_free(h); /* made meanwhile by the peer's dial (progress() on another thread) */
+    } else {
+        st->dials[i] = h;
+    }
     pthread_mutex_unlock(&st->hs_lock);
     return PLAIT_SUCCESS;
 }
@@ -556,6 +611,14 @@ static plait_result_t dial_step(struct tcp_state *st, struct handshake *h, int *
     for (;;) {
         int r;
         switch (h->phase) {
+        case HS_LATER: {
+            if (plait_now() < h->deadline)
+                return PLAIT_SUCCESS;
+            plait_result_t status = dial_start(env, &st->addrs[h->peer], h);
+            if (status)
+                return status;
+            continue;
+        }
         case HS_CONNECTING: {
             struct pollfd pfd = {.fd = h->fd, .events = POLLOUT};
             if (poll(&pfd, 1, 0) <= 0)
@@ -609,13 +672,34 @@ static plait_result_t dial_step(struct tcp_state *st, struct handshake *h, int *
                     return plait_error_context(status, "socket: the hello to %s",
                                                env->peer_str(env->core, h->peer, who, sizeof(who)));
             }
+            hs_expect(h, HS_REPLY, sizeof(uint32_t));
+            continue;
+        case HS_REPLY: {
+            if ((r = hs_io(h, 0)) <= 0) {
+                if (r < 0 && errno == ECONNRESET)
+                    return plait_error(PLAIT_ERR_REMOTE, "socket: %s at %s closed the connection after our hello "
+                                                         "(it refused it: see its log)",
+                                       env->peer_str(env->core, h->peer, who, sizeof(who)), h->from);
+                break;
+            }
+            uint32_t reply;
+            memcpy(&reply, h->buf, sizeof(reply));
+            if (reply == REPLY_LOST) {
+                *made = -1; /* the peer's own dial is the connection */
+                return PLAIT_SUCCESS;
+            }
+            if (reply != REPLY_TAKEN)
+                return plait_error(PLAIT_ERR_REMOTE, "socket: %s at %s answered our hello with 0x%08x",
+                                   env->peer_str(env->core, h->peer, who, sizeof(who)), h->from, reply);
             struct tcp_conn *t = NULL;
             plait_result_t status = make_conn(st, h->fd, h->peer, h->cls, &t);
             if (status)
                 return status;
+            t->dialed = 1;
             h->fd = -1; /* the connection's now */
             *made = 1;
             return PLAIT_SUCCESS;
+        }
         case HS_HELLO:
             return plait_error(PLAIT_ERR_INTERNAL, "socket: a dial in the accepting phase");
         }
@@ -631,7 +715,9 @@ static plait_result_t dial_step(struct tcp_state *st, struct handshake *h, int *
 static void drop_in(struct tcp_state *st, struct handshake *h, const char *why)
 {
     snprintf(st->dropped, sizeof(st->dropped), "from %s: %s", h->from, why);
-    PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s", st->env->rank, st->dropped);
+    if (st->ndropped < 10 || st->ndropped % 1000 == 0)
+        PLAIT_WARN(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d dropped a connection %s (%d dropped so far)",
+                   st->env->rank, st->dropped, st->ndropped + 1);
     st->ndropped++;
 }
 
@@ -675,12 +761,26 @@ static int in_step(struct tcp_state *st, struct handshake *h, plait_result_t *er
                 drop_in(st, h, why);
                 return 1;
             }
+            const int i = hello.rank * env->ncls + hello.cls;
+            /* Both ends dialed: the lower rank's dial is the connection. */
+            const int lost = hello.rank > env->rank && (st->dials[i] || st->by[i]);
+            uint32_t reply = lost ? REPLY_LOST : REPLY_TAKEN;
+            if (plait_sock_send_all(h->fd, &reply, sizeof(reply), plait_deadline(1.0), env->abort_flag)) {
+                drop_in(st, h, "it closed before our answer to its hello");
+                return 1;
+            }
+            if (lost)
+                return 1;
+            /* A dial of ours to this lower rank goes on: the peer answers
+             * it "lost" and it ends quietly. */
             struct tcp_conn *t = NULL;
             if ((*err = make_conn(st, h->fd, hello.rank, hello.cls, &t)))
                 return 1;
             h->fd = -1;
             return 1;
         }
+        case HS_REPLY:
+        case HS_LATER:
         case HS_CONNECTING:
             break;
         }
@@ -705,6 +805,16 @@ static plait_result_t tcp_handshakes(struct tcp_state *st)
         int fd = accept4(st->lfd, &from.sa, &flen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             break; /* EAGAIN, or an error the next call sees again */
+        /* Every connection this rank may take could be in its handshake at
+         * once; more than that is someone else's doing. */
+        if (st->nin >= 2 * st->cap + 16) {
+            struct handshake tmp;
+            memset(&tmp, 0, sizeof(tmp));
+            plait_sockaddr_str(&from, tmp.from, sizeof(tmp.from));
+            close(fd);
+            drop_in(st, &tmp, "too many connections in their handshake at once");
+            continue;
+        }
         if (st->nin == st->in_cap) {
             const int cap = st->in_cap ? 2 * st->in_cap : 8;
             struct handshake **grown = realloc(st->in, sizeof(*grown) * (size_t)cap);
@@ -725,6 +835,7 @@ static plait_result_t tcp_handshakes(struct tcp_state *st)
         snprintf(h->from, sizeof(h->from), "an unknown address");
         plait_sockaddr_str(&from, h->from, sizeof(h->from));
         hs_expect(h, HS_CHALLENGE, PLAIT_AUTH_CHALLENGE_BYTES);
+        h->deadline = plait_now() + (env->timeout_s > HS_IN_LIMIT_S ? env->timeout_s : HS_IN_LIMIT_S);
         if (plait_auth_server_challenge(&h->auth, h->buf) != PLAIT_SUCCESS) {
             hs_free(h);
             return plait_error(PLAIT_ERR_SYSTEM, "socket: no random bytes for a challenge");
@@ -733,7 +844,12 @@ static plait_result_t tcp_handshakes(struct tcp_state *st)
     }
     for (int i = 0; i < st->nin;) {
         plait_result_t err = PLAIT_SUCCESS;
-        if (in_step(st, st->in[i], &err)) {
+        int done = in_step(st, st->in[i], &err);
+        if (!done && plait_now() > st->in[i]->deadline) {
+            drop_in(st, st->in[i], "it did not finish its handshake in time");
+            done = 1;
+        }
+        if (done) {
             hs_free(st->in[i]);
             st->in[i] = st->in[--st->nin];
             if (err)
@@ -778,9 +894,6 @@ static plait_result_t accept_locked(struct tcp_state *st, int peer, int cls, dou
     }
     if (st->dials[i] && st->dials[i]->failed)
         return plait_error(st->dials[i]->failed, "%s", st->dials[i]->msg);
-    if (peer > env->rank && !st->dials[i])
-        return plait_error(PLAIT_ERR_INTERNAL, "socket: rank %d accepts a connection to rank %d it did not dial",
-                           env->rank, peer);
     if (deadline > 0 && plait_deadline_passed(deadline)) {
         char who[160];
         env->peer_str(env->core, peer, who, sizeof(who));

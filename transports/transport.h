@@ -42,6 +42,8 @@ struct plait_conn;
 #define PLAIT_TP_MAX 8
 /* The largest connection blob a transport may exchange per connection. */
 #define PLAIT_TP_BLOB_BYTES 128
+/* connect() flags */
+#define PLAIT_TP_BOTH_NOW 1u
 
 /* What a transport may know of each rank (from init's allgather). */
 struct plait_tp_rank {
@@ -72,9 +74,9 @@ struct plait_tp_env {
      * of the host that this transport joins (operation counters, the
      * small-message boxes): see region() below. 0 when none. */
     size_t region_bytes;
-    /* Whether the connection (a, b, cls) exists on a's side once the core has
-     * connected what it connects at init: a pure function every rank computes
-     * the same, so a segment's layout can be computed by its peers. */
+    /* Whether a may ever connect with b on class cls (the algorithms' peers,
+     * every pair for point-to-point): a pure function every rank computes the
+     * same; a transport refuses a hello for anything else. */
     int (*wanted)(const void *core, int a, int b, int cls);
     /* The exchange over the bootstrap: collective over the communicator. */
     plait_result_t (*allgather)(void *core, void *data, size_t size);
@@ -139,9 +141,14 @@ struct plait_transport {
      * `deadline` (plait_deadline(); 0: none, the caller's wait decides) has
      * passed. Both ends call both halves for each connection, at init (the
      * ones the core makes then) or when a step first needs it, in any order
-     * and from any thread (the core serializes a communicator's calls). */
+     * and from any thread (the core serializes a communicator's calls).
+     * PLAIT_TP_BOTH_NOW in flags: the peer is making its half of this
+     * connection now too (init), so this end need not start anything the
+     * peer will (a socket's higher rank does not dial). Without it, this
+     * end's half must make the connection even when the peer asks for it
+     * only later (a send that completes before its peer's receive). */
     size_t blob_bytes;
-    plait_result_t (*connect)(void *ctx, int peer, int cls, void *blob);
+    plait_result_t (*connect)(void *ctx, int peer, int cls, unsigned flags, void *blob);
     plait_result_t (*accept)(void *ctx, int peer, int cls, const void *peer_blob, double deadline,
                              struct plait_conn **conn);
     /* The core's region (env->region_bytes) in `owner`'s segment, NULL when
@@ -178,6 +185,10 @@ int plait_tp_choose(const struct plait_tp_env *env, int a, int b);
 extern const struct plait_transport plait_transport_shm;    /* processes on one host */
 extern const struct plait_transport plait_transport_inproc; /* threads of one process */
 extern const struct plait_transport plait_transport_tcp;    /* TCP, any two hosts ("socket" to users) */
+/* Connection objects between threads that wait in the process-wide registry
+ * for their second end (tests: none is left once every communicator is
+ * destroyed). */
+int plait_inproc_objects_listed(void);
 /* A TCP transport connection's file descriptor, -1 for another
  * transport's (tests forge frames on it; diagnostics). */
 int plait_tcp_conn_fd(const struct plait_conn *conn);
