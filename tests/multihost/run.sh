@@ -94,15 +94,19 @@ remove_shm_of() {
 }
 
 # On every exit. Quick (meson allows 0.5 s between its SIGTERM and SIGKILL):
-# the ranks are killed by pid, the namespaces deleted in one `ip -batch` (a
-# namespace whose name is gone is freed, with its veth ends and qdiscs, when
-# its last process has exited). What a SIGKILL leaves, the next run removes.
+# the processes inside our namespaces (ours: nothing else runs there; not
+# the rank pids remembered, which may have been reused since) are killed, and
+# the namespaces deleted, in two `ip -batch` calls (a namespace whose name is
+# gone is freed, with its veth ends and qdiscs, when its last process has
+# exited). What a SIGKILL leaves, the next run removes.
 cleaned=0
 cleanup() {
     [ "$cleaned" = 1 ] && return
     cleaned=1
     local p ns
-    for p in "${RANK_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    for p in $(for ns in "${HOSTS[@]}"; do echo "netns pids $ns"; done | ip -force -batch - 2>/dev/null); do
+        kill -9 "$p" 2>/dev/null
+    done
     for ns in "${HOSTS[@]}" $BRNS; do echo "netns delete $ns"; done | ip -force -batch - 2>/dev/null
     remove_shm_of "${RANK_PIDS[@]}"
     rm -rf "$WORK"
