@@ -353,11 +353,11 @@ scenario_full_2x2() {
         --colls all --types all --ops all --counts 0,1,7,big --inplace both
     # Flat: the ring on every collective it implements, across both hosts.
     run_matrix_job "ring (flat)" "$L" 240 PLAIT_COLL_TIMEOUT=60 PLAIT_ALGO=ring -- \
-        --colls allreduce,reduce,reducescatter,broadcast,allgather --types all --ops all --counts 0,1,7,big \
+        --colls allreduce,reduce,reducescatter,broadcast,allgather --types $FEW_TYPES --ops all --counts 0,1,7,big \
         --inplace both
     # Hierarchical: inside each host, then across (hier.c).
     run_matrix_job "hier (two levels)" "$L" 240 PLAIT_COLL_TIMEOUT=60 PLAIT_ALGO=hier -- \
-        --colls allreduce,reducescatter,allgather --types all --ops all --counts 0,1,7,big --inplace both
+        --colls allreduce,reducescatter,allgather --types $FEW_TYPES --ops all --counts 0,1,7,big --inplace both
     # The other algorithms, each forced on collectives it implements.
     run_matrix_job "tree, recursive, pat, bruck, linear" "$L" 240 PLAIT_COLL_TIMEOUT=60 \
         PLAIT_ALGO="allreduce:tree;broadcast:tree;reduce:tree;reducescatter:recursive;allgather:pat;alltoall:bruck;gather:linear;scatter:linear" -- \
