@@ -18,6 +18,7 @@ STAGES=(
     "cuda 300 cuda"
     "nccl 120 nccl"
     "collectives 180 collectives"
+    "multihost 360 multihost"
     "algorithms 300 algorithms"
     "unit 480 unit"
     "behaviour 300 behaviour"

@@ -25,7 +25,8 @@ set -euo pipefail
 #   valgrind                        the leak_cycles_valgrind test (suite leaks)
 #   clang libclang-rt-dev           tests/fuzz/run.sh (libFuzzer, ASan, UBSan runtimes)
 #   binutils                        nm and readelf for tests/nccl/symbols.sh (gcc depends on it)
-#   iproute2                        ip, for network-namespace tests and perf/compare.sh
+#   iproute2                        ip and tc: the multi-host tests (tests/multihost/run.sh: namespaces, veth,
+#                                   bridge, tbf) and perf/compare.sh
 required=(meson ninja-build pkg-config gcc libc6-dev libhwloc-dev hwloc libhwloc-plugins libnuma-dev
           libcriterion-dev python3 valgrind clang libclang-rt-dev binutils iproute2)
 optional=(libucx-dev libibverbs-dev librdmacm-dev)
