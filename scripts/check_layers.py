@@ -6,7 +6,8 @@ layers below it, and nothing above, except the upward edges named in ALLOWED
 (each with the reason it still exists). Every quoted include is a path from
 the repository root ("base/log.h") that names an existing file, except the
 public header "plait.h" (include/), the configured "plait_config.h" and
-headers generated into the build folder.
+headers generated into the build folder. A folder of SUBLAYERS (transports/net)
+may include less than the rest of its layer.
 
     scripts/check_layers.py [ROOT]      check the tree at ROOT (default: this checkout)
     scripts/check_layers.py --self-test check that the check fails where it must
@@ -46,6 +47,16 @@ ALLOWED = {
         "a transport fills the communicator's connection tables (net layer I gives it its own boundary)",
     ("transports", "core/fastpath.h"):
         "shm and inproc segments carry the small-message path's boxes (net layer I moves them out)",
+}
+
+# Folders inside a layer that may include less than the rest of it: each may
+# include itself, the public header and the layers named here, nothing else
+# of its own layer and no upward edge of ALLOWED.
+SUBLAYERS = {
+    "transports/net": (
+        "the net providers (provider.h, socket.c): they sit below the transport boundary and the core, "
+        "so that a provider (or an adapter around an NCCL net plugin) stands alone",
+        {"base", "bootstrap"}),
 }
 
 # Quoted includes that are not paths from the root.
@@ -98,6 +109,13 @@ def check(root):
             if not os.path.isfile(os.path.join(root, inc)):
                 problems.append(f'{where}: #include "{inc}" names no file of the repository')
                 continue
+            sub = next((f for f in SUBLAYERS if path.startswith(f + "/")), None)
+            if sub is not None:
+                if not (inc.startswith(sub + "/") or layer_of(inc) in SUBLAYERS[sub][1]):
+                    problems.append(f'{where}: {sub}/ may include only itself, '
+                                    + ", ".join(f"{x}/" for x in sorted(SUBLAYERS[sub][1]))
+                                    + f' and "plait.h", not "{inc}" ({SUBLAYERS[sub][0]})')
+                continue
             target = layer_of(inc)
             if target not in RANK:
                 problems.append(f'{where}: #include "{inc}" is in no layer')
@@ -131,6 +149,9 @@ def self_test():
             ("core/planted2.c", '#include "base/nothere.h"\n', "names no file"),
             ("src/planted.c", '#include "plait.h"\n', "is not a layer"),
             ("tools/planted.c", '#include "perf/common.h"\n', "from the layer above"),
+            ("transports/net/planted.c", '#include "transports/transport.h"\n', "may include only itself"),
+            ("transports/net/planted2.c", '#include "core/comm.h"\n', "may include only itself"),
+            ("transports/net/planted3.c", '#include "topology/topo.h"\n', "may include only itself"),
         ]
         for path, line, expect in plants:
             dst = os.path.join(tmp, path)
