@@ -25,8 +25,9 @@ const struct plait_env_var plait_env_table[] = {
      "WARN on stderr, which then takes the log. Opened once and kept open across inits (a FIFO's reader sees one "
      "stream), reopened when the name changes or another file takes its place (a rotated log)."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
-     "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
-     "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
+     "Interfaces for bootstrap and socket traffic and the Socket net provider's devices: prefixes separated by "
+     "commas, ^ to exclude, = for exact names (as NCCL parses them). Default: NCCL's order (ib, then anything but "
+     "docker, lo and virbr, then docker, lo, virbr) for the root's address and the provider's devices; every other "
      "socket uses the local address its rank reaches the root (bootstrap) or its ring neighbour (data) from."},
     {"PLAIT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS", "auto",
      "The Socket net provider (transports/net/socket.c): helper threads per connection that move large messages "

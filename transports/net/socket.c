@@ -1335,8 +1335,13 @@ static plait_result_t sock_accept(void *vlisten, void **recv_comm_out)
                 return plait_error(PLAIT_ERR_SYSTEM, "NET/Socket accept on %s: %s", l->addr, strerror(errno));
             break; /* a network error accept(2) says to treat as EAGAIN */
         }
-        if (l->npending == SOCK_MAX_PENDING)
-            pending_drop(l, 0, "too many connections that have not identified themselves");
+        if (l->npending == SOCK_MAX_PENDING) {
+            int oldest = 0;
+            for (int i = 1; i < l->npending; i++)
+                if (l->pending[i].deadline < l->pending[oldest].deadline)
+                    oldest = i;
+            pending_drop(l, oldest, "too many connections that have not identified themselves");
+        }
         struct sock_pending *p = &l->pending[l->npending++];
         p->fd = fd;
         p->got = 0;
