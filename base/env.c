@@ -32,7 +32,8 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS", "auto",
      "The Socket net provider (transports/net/socket.c): helper threads per connection that move large messages "
      "(0..16; 0 = none: every message goes on the control socket, moved by the caller's thread). auto: 2 threads "
-     "with 8 sockets each on AWS ENA NICs, 4 with 1 on Google gVNIC (NCCL's figures), else 2 with 1."},
+     "with 8 sockets each on AWS ENA NICs, 4 with 1 on Google gVNIC (NCCL's figures), else 2 with 1 when the process "
+     "may run on 4 CPUs or more, none below."},
     {"PLAIT_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD", "auto",
      "The Socket net provider: data sockets per helper thread (0..64; 0 = no data sockets). Threads x sockets is "
      "capped at 64 (NCCL's limit; over it, sockets per thread become 64 / threads, with one WARN). A message of at "

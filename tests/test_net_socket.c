@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -953,11 +954,32 @@ Test(net_socket, settings, .timeout = 30)
     setenv("PLAIT_NSOCKS_PERTHREAD", "-1", 1);
     cr_assert_eq(P->init(&ctx, 0, test_log), PLAIT_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(plait_last_error_get(), "PLAIT_NSOCKS_PERTHREAD"), "%s", plait_last_error_get());
-    /* auto: a number of each on loopback (no NIC vendor). */
+    /* auto on loopback (no NIC vendor): 2 threads x 1 socket with 4 CPUs or
+     * more, else none; one set and the other auto: the set one counts. */
+    unsetenv("NCCL_NSOCKS_PERTHREAD");
     setenv("PLAIT_NSOCKS_PERTHREAD", "auto", 1);
     setenv("PLAIT_SOCKET_NTHREADS", "AUTO", 1);
-    int auto_counts = handle_nsocks();
-    cr_assert(auto_counts / 100 >= 1 && auto_counts % 100 >= 1, "auto gave %d", auto_counts);
+    cpu_set_t cpus;
+    cr_assert_eq(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+    const int big = CPU_COUNT(&cpus) >= 4;
+    cr_assert_eq(handle_nsocks(), big ? 202 : 0, "auto gave %d with %d CPUs", handle_nsocks(), CPU_COUNT(&cpus));
+    setenv("PLAIT_SOCKET_NTHREADS", "3", 1);
+    cr_assert_eq(handle_nsocks(), 303);
+    unsetenv("PLAIT_SOCKET_NTHREADS");
+    setenv("PLAIT_NSOCKS_PERTHREAD", "5", 1);
+    cr_assert_eq(handle_nsocks(), big ? 210 : 0);
+    /* Pinned to one CPU: none. */
+    unsetenv("PLAIT_NSOCKS_PERTHREAD");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &cpus)) {
+            CPU_SET(i, &one);
+            break;
+        }
+    cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    cr_assert_eq(handle_nsocks(), 0);
+    cr_assert_eq(sched_setaffinity(0, sizeof(cpus), &cpus), 0);
 
     /* Interfaces: PLAIT_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME. */
     unsetenv("PLAIT_SOCKET_IFNAME");

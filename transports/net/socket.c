@@ -44,6 +44,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,10 +81,14 @@
 #define SOCK_MAX_GROUPS 16
 /* A helper thread's longest sleep. */
 #define SOCK_HELPER_POLL_MS 100
-/* Threads and sockets per thread when neither is set and the NIC is not one
- * whose vendor has its own figures below (docs/env.md). */
+/* Threads and sockets per thread when they are auto and the NIC is not one
+ * whose vendor has its own figures (auto_counts): two flows, for the per-flow
+ * limits of cloud networks, when the process has SOCK_DEFAULT_MIN_CPUS CPUs
+ * or more; below that the helpers would take the cores the ranks need, and
+ * the caller's thread moves everything (NCCL's default for such NICs). */
 #define SOCK_DEFAULT_NTHREADS 2
 #define SOCK_DEFAULT_NSOCKS 1
+#define SOCK_DEFAULT_MIN_CPUS 4
 
 enum { PIECE_POSTED = 1, PIECE_DONE = 2, PIECE_FAILED = 3 };
 
@@ -319,11 +324,13 @@ static void fd_peer(int fd, char *buf, size_t len)
 
 /* Threads and sockets for a NIC by vendor, as NCCL's auto-detection: AWS ENA
  * and Google's gVNIC have their own; any other (virtio, loopback, unknown)
- * gets SOCK_DEFAULT_*. */
+ * gets SOCK_DEFAULT_* (none on a small machine). */
 static void auto_counts(const char *ifname, int *nthreads, int *nsocks_per_thread)
 {
     char path[128], vendor[16] = "";
-    *nthreads = SOCK_DEFAULT_NTHREADS;
+    cpu_set_t cpus;
+    const int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    *nthreads = ncpus >= SOCK_DEFAULT_MIN_CPUS ? SOCK_DEFAULT_NTHREADS : 0;
     *nsocks_per_thread = SOCK_DEFAULT_NSOCKS;
     snprintf(path, sizeof(path), "/sys/class/net/%s/device/vendor", ifname);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
