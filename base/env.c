@@ -25,9 +25,20 @@ const struct plait_env_var plait_env_table[] = {
      "WARN on stderr, which then takes the log. Opened once and kept open across inits (a FIFO's reader sees one "
      "stream), reopened when the name changes or another file takes its place (a rotated log)."},
     {"PLAIT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
-     "Interfaces for bootstrap and socket traffic: prefixes separated by commas, ^ to exclude, = for exact names. "
-     "Default: the root listens on the first interface that is up and not loopback (else loopback); every other "
+     "Interfaces for bootstrap and socket traffic and the Socket net provider's devices: prefixes separated by "
+     "commas, ^ to exclude, = for exact names (as NCCL parses them). Default: NCCL's order (ib, then anything but "
+     "docker, lo and virbr, then docker, lo, virbr) for the root's address and the provider's devices; every other "
      "socket uses the local address its rank reaches the root (bootstrap) or its ring neighbour (data) from."},
+    {"PLAIT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS", "auto",
+     "The Socket net provider (transports/net/socket.c): helper threads per connection that move large messages "
+     "(0..16; 0 = none: every message goes on the control socket, moved by the caller's thread). auto: 2 threads "
+     "with 8 sockets each on AWS ENA NICs, 4 with 1 on Google gVNIC (NCCL's figures), else 2 with 1 when the process "
+     "may run on 4 CPUs or more, none below."},
+    {"PLAIT_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD", "auto",
+     "The Socket net provider: data sockets per helper thread (0..64; 0 = no data sockets). Threads x sockets is "
+     "capped at 64 (NCCL's limit; over it, sockets per thread become 64 / threads, with one WARN). A message of at "
+     "most 64 KiB goes whole on the control socket (one write, one read); a larger one in pieces of at least 64 KiB "
+     "over the data sockets. auto: see PLAIT_SOCKET_NTHREADS."},
     {"PLAIT_COMM_ID", "NCCL_COMM_ID", "",
      "host:port of the bootstrap root. When set, plait_get_unique_id() makes no root; rank 0 starts it at init."},
     {"PLAIT_TIMEOUT", NULL, "120", "Deadline in seconds for setup waits (init, split, connection set-up)."},
@@ -194,6 +205,8 @@ const char *plait_env_get(const char *plait_name)
 const struct plait_env_number plait_env_numbers[] = {
     {"PLAIT_TIMEOUT", PLAIT_ENV_SECONDS, 0, 0, 1e9},
     {"PLAIT_COLL_TIMEOUT", PLAIT_ENV_SECONDS, 0, 0, 1e9},
+    {"PLAIT_SOCKET_NTHREADS", PLAIT_ENV_INTEGER, 1, 0, 16},
+    {"PLAIT_NSOCKS_PERTHREAD", PLAIT_ENV_INTEGER, 1, 0, 64},
     {"PLAIT_NCHANNELS", PLAIT_ENV_INTEGER, 0, 1, 32},
     {"PLAIT_NSLOTS", PLAIT_ENV_INTEGER, 0, 2, 64},
     {"PLAIT_BUFFSIZE", PLAIT_ENV_BYTES, 0, 4096, 1 << 30},

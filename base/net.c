@@ -194,57 +194,47 @@ plait_result_t plait_sock_parse_addr(const char *hostport, union plait_sockaddr 
 
 /* ---------------------------------------------------------------- interfaces */
 
-#define IF_SPEC_MAX 32
-
-/* PLAIT_SOCKET_IFNAME, parsed: "^" excludes the listed names, "=" makes them
- * exact names instead of prefixes (both may be given, in either order). */
-struct if_spec {
-    int is_exclude;
-    int is_exact;
-    int count;
-    char names[IF_SPEC_MAX][IFNAMSIZ];
-};
-
-static void if_spec_parse(const char *s, struct if_spec *spec)
+/* NCCL_SOCKET_IFNAME as NCCL reads it: a leading "^" (exclude), then a
+ * leading "=" (exact names), in that order only ("=^eth" is the exact name
+ * "^eth"); then entries separated by commas, empty ones skipped; an entry
+ * ends at its first ':' (NCCL's "name:port" form: the port is ignored for
+ * interfaces); nothing is trimmed. An entry longer than the buffer is cut,
+ * as NCCL's snprintf cuts it: it then matches no interface name, which is
+ * what it would do uncut (a dropped entry would turn "matches nothing" into
+ * "matches everything"). At most PLAIT_IFNAME_SPEC_MAX entries count. */
+void plait_ifname_spec_parse(const char *s, struct plait_ifname_spec *spec)
 {
     memset(spec, 0, sizeof(*spec));
     if (!s)
         return;
-    for (;;) {
-        if (*s == '^' && !spec->is_exclude)
-            spec->is_exclude = 1;
-        else if (*s == '=' && !spec->is_exact)
-            spec->is_exact = 1;
-        else
-            break;
+    if (*s == '^') {
+        spec->is_exclude = 1;
         s++;
     }
-    while (*s && spec->count < IF_SPEC_MAX) {
-        const char *end = strchr(s, ',');
-        size_t n = end ? (size_t)(end - s) : strlen(s);
-        const char *p = s;
-        while (n > 0 && (*p == ' ' || *p == '\t')) {
-            p++;
-            n--;
-        }
-        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-            n--;
-        /* A name longer than any interface name can match nothing. */
-        if (n > 0 && n < IFNAMSIZ) {
-            memcpy(spec->names[spec->count], p, n);
-            spec->names[spec->count][n] = '\0';
+    if (*s == '=') {
+        spec->is_exact = 1;
+        s++;
+    }
+    while (*s && spec->count < PLAIT_IFNAME_SPEC_MAX) {
+        size_t n = strcspn(s, ",");
+        size_t name_len = strcspn(s, ",:");
+        if (name_len > 0) {
+            size_t keep = name_len < PLAIT_IFNAME_PREFIX_BYTES - 1 ? name_len : PLAIT_IFNAME_PREFIX_BYTES - 1;
+            memcpy(spec->names[spec->count], s, keep);
+            spec->names[spec->count][keep] = '\0';
             spec->count++;
         }
-        if (!end)
+        if (!s[n])
             break;
-        s = end + 1;
+        s += n + 1;
     }
 }
 
-static int if_spec_matches(const struct if_spec *spec, const char *name)
+int plait_ifname_spec_matches(const struct plait_ifname_spec *spec, const char *name)
 {
     int hit = 0;
 
+    /* No entry (unset, "", "^", ","): every name, as NCCL's empty list. */
     if (spec->count == 0)
         return 1;
     for (int i = 0; i < spec->count && !hit; i++) {
@@ -256,41 +246,91 @@ static int if_spec_matches(const struct if_spec *spec, const char *name)
     return spec->is_exclude ? !hit : hit;
 }
 
-plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_sockaddr *addr_out, char *ifname_out,
-                                      size_t ifname_len)
+/* Whether this address of an interface may carry plait traffic: IPv4 or
+ * IPv6, the interface up and running (NCCL's test: a link without carrier
+ * moves nothing), not IPv6 loopback (NCCL skips it too), and not IPv6
+ * link-local (unusable without a scope other hosts cannot know). */
+static int ifaddr_usable(const struct ifaddrs *ifa)
+{
+    if (!ifa->ifa_addr || !ifa->ifa_name)
+        return 0;
+    if (ifa->ifa_addr->sa_family != AF_INET && ifa->ifa_addr->sa_family != AF_INET6)
+        return 0;
+    if ((ifa->ifa_flags & (IFF_UP | IFF_RUNNING)) != (IFF_UP | IFF_RUNNING))
+        return 0;
+    if (ifa->ifa_addr->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)(const void *)ifa->ifa_addr)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a6) || IN6_IS_ADDR_LINKLOCAL(a6))
+            return 0;
+    }
+    return 1;
+}
+
+/* The interfaces of `list` that `spec` selects, in the order of their first
+ * address in the list, each once: its IPv4 address when it has one, else its
+ * first usable IPv6 one. */
+static int select_with_spec(const struct ifaddrs *list, const struct plait_ifname_spec *spec, struct plait_netif *out,
+                            int max)
+{
+    int n = 0;
+
+    for (const struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+        if (!ifaddr_usable(ifa) || !plait_ifname_spec_matches(spec, ifa->ifa_name))
+            continue;
+        int k = 0;
+        while (k < n && strcmp(out[k].name, ifa->ifa_name) != 0)
+            k++;
+        if (k < n) {
+            if (!(out[k].addr.sa.sa_family == AF_INET6 && ifa->ifa_addr->sa_family == AF_INET))
+                continue;
+        } else {
+            if (n >= max)
+                continue;
+            n++;
+        }
+        memset(&out[k], 0, sizeof(out[k]));
+        snprintf(out[k].name, sizeof(out[k].name), "%s", ifa->ifa_name);
+        memcpy(&out[k].addr, ifa->ifa_addr,
+               ifa->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+        sockaddr_set_port(&out[k].addr, 0);
+    }
+    return n;
+}
+
+int plait_sock_select_interfaces(const struct ifaddrs *list, const char *ifname_spec, struct plait_netif *out,
+                                 int max)
+{
+    struct plait_ifname_spec spec;
+
+    if (!out || max <= 0)
+        return 0;
+    if (ifname_spec && ifname_spec[0]) {
+        plait_ifname_spec_parse(ifname_spec, &spec);
+        return select_with_spec(list, &spec, out, max);
+    }
+    /* Unset: NCCL's order, the first step that finds anything wins: InfiniBand
+     * (IPoIB) first, then anything but docker bridges, loopback and libvirt
+     * bridges, then docker, then loopback, then libvirt. */
+    static const char *const tiers[] = {"ib", "^docker,lo,virbr", "docker", "lo", "virbr"};
+    for (size_t t = 0; t < sizeof(tiers) / sizeof(tiers[0]); t++) {
+        plait_ifname_spec_parse(tiers[t], &spec);
+        int n = select_with_spec(list, &spec, out, max);
+        if (n > 0)
+            return n;
+    }
+    return 0;
+}
+
+plait_result_t plait_sock_find_interfaces(const char *ifname_spec, struct plait_netif *out, int max, int *n_out)
 {
     struct ifaddrs *ifas = NULL;
-    struct if_spec spec;
 
-    if (!addr_out)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_sock_find_ifaddr: NULL addr_out");
+    if (!out || !n_out || max <= 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_sock_find_interfaces: NULL or empty output");
     if (getifaddrs(&ifas) != 0)
         return plait_error(PLAIT_ERR_SYSTEM, "getifaddrs: %s", strerror(errno));
-    if_spec_parse(ifname_spec, &spec);
-
-    /* IPv4 before IPv6, and loopback only when nothing else qualifies, so a
-     * default (or an exclude-only list) picks a real network when there is one.
-     * IPv6 link-local addresses are skipped: they are unusable without a scope
-     * that other hosts cannot know. */
-    const struct ifaddrs *pick = NULL;
-    for (int pass = 0; pass < 4 && !pick; pass++) {
-        int family = pass % 2 == 0 ? AF_INET : AF_INET6;
-        int want_loopback = pass >= 2;
-        for (const struct ifaddrs *ifa = ifas; ifa; ifa = ifa->ifa_next) {
-            if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != family || !(ifa->ifa_flags & IFF_UP))
-                continue;
-            if (!!(ifa->ifa_flags & IFF_LOOPBACK) != want_loopback)
-                continue;
-            if (family == AF_INET6 &&
-                IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)ifa->ifa_addr)->sin6_addr))
-                continue;
-            if (!if_spec_matches(&spec, ifa->ifa_name))
-                continue;
-            pick = ifa;
-            break;
-        }
-    }
-    if (!pick) {
+    int n = plait_sock_select_interfaces(ifas, ifname_spec, out, max);
+    if (n == 0) {
         char seen[512];
         size_t used = 0;
         seen[0] = '\0';
@@ -305,10 +345,13 @@ plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_socka
                     dup = 1;
             if (dup || used >= sizeof(seen) - 1)
                 continue;
-            int n = snprintf(seen + used, sizeof(seen) - used, "%s%s%s", used ? " " : "", ifa->ifa_name,
-                             (ifa->ifa_flags & IFF_UP) ? "" : "(down)");
-            if (n > 0)
-                used += (size_t)n;
+            const unsigned up = ifa->ifa_flags & (IFF_UP | IFF_RUNNING);
+            int k = snprintf(seen + used, sizeof(seen) - used, "%s%s%s", used ? " " : "", ifa->ifa_name,
+                             up == (IFF_UP | IFF_RUNNING) ? ""
+                             : (up & IFF_UP)             ? "(no carrier)"
+                                                         : "(down)");
+            if (k > 0)
+                used += (size_t)k < sizeof(seen) - used ? (size_t)k : sizeof(seen) - used - 1;
         }
         freeifaddrs(ifas);
         return plait_error(PLAIT_ERR_SYSTEM,
@@ -316,13 +359,25 @@ plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_socka
                            "addresses: %s)",
                            ifname_spec ? ifname_spec : "", seen[0] ? seen : "none");
     }
-    memset(addr_out, 0, sizeof(*addr_out));
-    memcpy(addr_out, pick->ifa_addr,
-           pick->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-    sockaddr_set_port(addr_out, 0);
-    if (ifname_out && ifname_len)
-        snprintf(ifname_out, ifname_len, "%s", pick->ifa_name);
     freeifaddrs(ifas);
+    *n_out = n;
+    return PLAIT_SUCCESS;
+}
+
+plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_sockaddr *addr_out, char *ifname_out,
+                                      size_t ifname_len)
+{
+    struct plait_netif ifs[PLAIT_NETIF_MAX];
+    int n = 0;
+
+    if (!addr_out)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "plait_sock_find_ifaddr: NULL addr_out");
+    plait_result_t status = plait_sock_find_interfaces(ifname_spec, ifs, PLAIT_NETIF_MAX, &n);
+    if (status != PLAIT_SUCCESS)
+        return status;
+    *addr_out = ifs[0].addr;
+    if (ifname_out && ifname_len)
+        snprintf(ifname_out, ifname_len, "%s", ifs[0].name);
     return PLAIT_SUCCESS;
 }
 

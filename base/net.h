@@ -10,6 +10,8 @@
 #ifndef PLAIT_NET_H
 #define PLAIT_NET_H
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,12 +28,56 @@ union plait_sockaddr {
 /* Enough for plait_sockaddr_str() of any address ("[v6%scope]:port"). */
 #define PLAIT_SOCKADDR_STRLEN 72
 
-/* Chooses the address to listen on. `ifname_spec` is PLAIT_SOCKET_IFNAME's syntax
- * (NCCL's): a comma-separated list of name prefixes, "^" before the list excludes,
- * "=" before the list means exact names; NULL or "" = first interface that is up
- * and not loopback, else loopback. Writes the address (port 0) and the interface
- * name. Returns PLAIT_ERR_SYSTEM with a message listing the interfaces seen when
- * none matches. */
+/* ---- Interfaces: PLAIT_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, as NCCL parses them.
+ *
+ * Syntax: an optional "^" (exclude the listed names), then an optional "="
+ * (exact names instead of prefixes), in that order; then entries separated by
+ * commas. Empty entries are skipped, an entry ends at its first ':' (NCCL's
+ * "name:port" form; the port means nothing for an interface), nothing is
+ * trimmed, and at most PLAIT_IFNAME_SPEC_MAX entries count. No entry at all
+ * ("", "^", ",") selects every interface. */
+#define PLAIT_IFNAME_SPEC_MAX 16
+#define PLAIT_IFNAME_PREFIX_BYTES 64
+/* Most interfaces plait_sock_find_interfaces reports (NCCL's MAX_IFS). */
+#define PLAIT_NETIF_MAX 16
+
+struct plait_ifname_spec {
+    int is_exclude; /* leading '^' */
+    int is_exact;   /* '=' (after the '^' when both) */
+    int count;
+    char names[PLAIT_IFNAME_SPEC_MAX][PLAIT_IFNAME_PREFIX_BYTES];
+};
+
+/* An interface and the address plait uses on it (port 0). */
+struct plait_netif {
+    char name[IFNAMSIZ];
+    union plait_sockaddr addr;
+};
+
+/* Pure functions, for the provider and the tests: parse a spec (NULL = no
+ * entry), and whether an interface name passes it. */
+void plait_ifname_spec_parse(const char *text, struct plait_ifname_spec *spec_out);
+int plait_ifname_spec_matches(const struct plait_ifname_spec *spec, const char *ifname);
+
+/* The interfaces of a getifaddrs() list that `ifname_spec` selects, written to
+ * out[0..max-1] in the order of the list, each once with one address (its
+ * IPv4 address when it has one, else its first global IPv6 one); returns how
+ * many. Only addresses of interfaces up and running count; IPv6 loopback and
+ * link-local addresses never do. NULL or "" means NCCL's default order, where
+ * the first step that finds an interface wins: "ib" (IPoIB), then
+ * "^docker,lo,virbr" (anything else), then "docker", then "lo", then "virbr".
+ * A pure function of `list` (tests pass lists they build). */
+int plait_sock_select_interfaces(const struct ifaddrs *list, const char *ifname_spec, struct plait_netif *out,
+                                 int max);
+
+/* The same on this machine's interfaces. *n_out >= 1 on success;
+ * PLAIT_ERR_SYSTEM with a message listing the interfaces seen (and which are
+ * down or without carrier) when none is selected. */
+plait_result_t plait_sock_find_interfaces(const char *ifname_spec, struct plait_netif *out, int max, int *n_out);
+
+/* Chooses the address to listen on: the first interface of
+ * plait_sock_find_interfaces(ifname_spec). Writes the address (port 0) and
+ * the interface name. Errors as plait_sock_find_interfaces. */
 plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_sockaddr *addr_out, char *ifname_out,
                                       size_t ifname_len);
 

@@ -8,7 +8,8 @@ transports/ (and tests/) names a particular transport (PLAIT_TP_*,
 plait_transport_shm/inproc/tcp). Every quoted include is a path from
 the repository root ("base/log.h") that names an existing file, except the
 public header "plait.h" (include/), the configured "plait_config.h" and
-headers generated into the build folder.
+headers generated into the build folder. A folder of SUBLAYERS (transports/net)
+may include less than the rest of its layer.
 
     scripts/check_layers.py [ROOT]      check the tree at ROOT (default: this checkout)
     scripts/check_layers.py --self-test check that the check fails where it must
@@ -51,6 +52,15 @@ ALLOWED = {
 # which transport a connection got).
 TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|TCP|COUNT)|plait_transport_(shm|inproc|tcp)|plait_tcp_conn_fd)\b")
 TRANSPORT_ID_FREE = ("transports", "tests")
+# Folders inside a layer that may include less than the rest of it: each may
+# include itself, the public header and the layers named here, nothing else
+# of its own layer and no upward edge of ALLOWED.
+SUBLAYERS = {
+    "transports/net": (
+        "the net providers (provider.h, socket.c): they sit below the transport boundary and the core, "
+        "so that a provider (or an adapter around an NCCL net plugin) stands alone",
+        {"base", "bootstrap"}),
+}
 
 # Quoted includes that are not paths from the root.
 SPECIAL = {"plait.h", "plait_config.h"}
@@ -108,6 +118,13 @@ def check(root):
             if not os.path.isfile(os.path.join(root, inc)):
                 problems.append(f'{where}: #include "{inc}" names no file of the repository')
                 continue
+            sub = next((f for f in SUBLAYERS if path.startswith(f + "/")), None)
+            if sub is not None:
+                if not (inc.startswith(sub + "/") or layer_of(inc) in SUBLAYERS[sub][1]):
+                    problems.append(f'{where}: {sub}/ may include only itself, '
+                                    + ", ".join(f"{x}/" for x in sorted(SUBLAYERS[sub][1]))
+                                    + f' and "plait.h", not "{inc}" ({SUBLAYERS[sub][0]})')
+                continue
             target = layer_of(inc)
             if target not in RANK:
                 problems.append(f'{where}: #include "{inc}" is in no layer')
@@ -143,6 +160,9 @@ def self_test():
             ("tools/planted.c", '#include "perf/common.h"\n', "from the layer above"),
             ("core/planted3.c", 'int f(const void *t) { return t == &plait_transport_shm; }\n', "outside transports/"),
             ("compat/planted.c", 'int g(int t) { return t == PLAIT_TP_TCP; }\n', "outside transports/"),
+            ("transports/net/planted.c", '#include "transports/transport.h"\n', "may include only itself"),
+            ("transports/net/planted2.c", '#include "core/comm.h"\n', "may include only itself"),
+            ("transports/net/planted3.c", '#include "topology/topo.h"\n', "may include only itself"),
         ]
         for path, line, expect in plants:
             dst = os.path.join(tmp, path)

@@ -17,6 +17,7 @@
 #include "base/env.h"
 #include "core/settings.h"
 #include "base/log.h"
+#include "transports/net/provider.h"
 #include "tests/tool_run.h"
 
 /* ---------------------------------------------------------------- docs/env.md's table */
@@ -257,6 +258,20 @@ static int consumer_refuses(const char *name, const char *text, char *msg, size_
         const int refused = r.status == 2 && r.err && strstr(r.err, name);
         run_free(&r);
         return refused;
+    }
+    if (strcmp(name, "PLAIT_SOCKET_NTHREADS") == 0 || strcmp(name, "PLAIT_NSOCKS_PERTHREAD") == 0) {
+        /* Read by the Socket net provider's init (no communicator uses it yet). */
+        void *ctx = NULL;
+        setenv(name, text, 1);
+        setenv("PLAIT_SOCKET_IFNAME", "lo", 1);
+        plait_result_t st = plait_net_socket.init(&ctx, 0, NULL);
+        unsetenv(name);
+        unsetenv("PLAIT_SOCKET_IFNAME");
+        if (st == PLAIT_SUCCESS)
+            plait_net_socket.finalize(ctx);
+        else
+            snprintf(msg, len, "status %d: %s", (int)st, plait_get_last_error(NULL));
+        return st == PLAIT_ERR_INVALID_ARGUMENT && strstr(plait_get_last_error(NULL), name) != NULL;
     }
     int launcher = -1, is_size = 0;
     for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++)

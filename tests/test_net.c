@@ -94,8 +94,21 @@ Test(net, find_ifaddr, .timeout = 10)
     cr_assert_str_eq(buf, "127.0.0.1:0"); /* IPv4 preferred over ::1 */
     cr_assert_eq(plait_sock_find_ifaddr("=lo", &a, name, sizeof(name)), PLAIT_SUCCESS);
     cr_assert_str_eq(name, "lo");
-    cr_assert_eq(plait_sock_find_ifaddr(" nonexistent9 , lo ", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_find_ifaddr("nonexistent9,lo", &a, name, sizeof(name)), PLAIT_SUCCESS);
     cr_assert_str_eq(name, "lo");
+    /* As NCCL reads the list: an entry ends at ':' ("name:port"), empty
+     * entries are skipped, and nothing is trimmed (" lo" names no interface). */
+    cr_assert_eq(plait_sock_find_ifaddr("lo:1", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_str_eq(name, "lo");
+    cr_assert_eq(plait_sock_find_ifaddr(",,=lo", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM); /* "=" only leads */
+    cr_assert_eq(plait_sock_find_ifaddr(",,lo,", &a, name, sizeof(name)), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_find_ifaddr(" lo", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
+    /* "=^lo" is the exact name "^lo" (NCCL reads '^' first, then '='). */
+    cr_assert_eq(plait_sock_find_ifaddr("=^lo", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
+    /* A name longer than any interface's matches nothing; it must not vanish
+     * from the list and leave "every interface". */
+    cr_assert_eq(plait_sock_find_ifaddr("averyveryverylongname0", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
+    cr_assert_eq(plait_sock_find_ifaddr("=averyveryverylongname0", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
     /* "=l" is an exact name, not a prefix of "lo". */
     plait_last_error_clear();
     cr_assert_eq(plait_sock_find_ifaddr("=l", &a, name, sizeof(name)), PLAIT_ERR_SYSTEM);
@@ -113,6 +126,168 @@ Test(net, find_ifaddr, .timeout = 10)
         cr_assert_eq(plait_sock_find_ifaddr("", &a, name, sizeof(name)), PLAIT_SUCCESS);
         cr_assert_str_neq(name, "lo");
     }
+}
+
+/* NCCL_SOCKET_IFNAME's syntax as NCCL parses it, as pure functions. */
+Test(net, ifname_spec_parse, .timeout = 10)
+{
+    struct plait_ifname_spec sp;
+
+    plait_ifname_spec_parse(NULL, &sp);
+    cr_assert(sp.count == 0 && !sp.is_exclude && !sp.is_exact);
+    cr_assert(plait_ifname_spec_matches(&sp, "anything"));
+    plait_ifname_spec_parse("eth,ib0", &sp);
+    cr_assert(sp.count == 2 && !sp.is_exclude && !sp.is_exact);
+    cr_assert_str_eq(sp.names[0], "eth");
+    cr_assert_str_eq(sp.names[1], "ib0");
+    cr_assert(plait_ifname_spec_matches(&sp, "eth0"));
+    cr_assert(plait_ifname_spec_matches(&sp, "ib0"));
+    cr_assert(plait_ifname_spec_matches(&sp, "ib01")); /* a prefix */
+    cr_assert(!plait_ifname_spec_matches(&sp, "ib1"));
+    cr_assert(!plait_ifname_spec_matches(&sp, "et"));
+    plait_ifname_spec_parse("^docker,lo", &sp);
+    cr_assert(sp.is_exclude && !sp.is_exact && sp.count == 2);
+    cr_assert(!plait_ifname_spec_matches(&sp, "docker0"));
+    cr_assert(!plait_ifname_spec_matches(&sp, "lo"));
+    cr_assert(plait_ifname_spec_matches(&sp, "eth0"));
+    plait_ifname_spec_parse("=eth0", &sp);
+    cr_assert(!sp.is_exclude && sp.is_exact && sp.count == 1);
+    cr_assert(plait_ifname_spec_matches(&sp, "eth0"));
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth01"));
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth"));
+    plait_ifname_spec_parse("^=eth0,eth1", &sp);
+    cr_assert(sp.is_exclude && sp.is_exact && sp.count == 2);
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth0"));
+    cr_assert(plait_ifname_spec_matches(&sp, "eth01"));
+    /* '=' then '^': the exact name "^eth0". */
+    plait_ifname_spec_parse("=^eth0", &sp);
+    cr_assert(!sp.is_exclude && sp.is_exact && sp.count == 1);
+    cr_assert_str_eq(sp.names[0], "^eth0");
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth0"));
+    /* ":port" ends an entry; empty entries are skipped; no trimming. */
+    plait_ifname_spec_parse(",mlx5_0:1,,:2, eth0,", &sp);
+    cr_assert_eq(sp.count, 2);
+    cr_assert_str_eq(sp.names[0], "mlx5_0");
+    cr_assert_str_eq(sp.names[1], " eth0");
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth0"));
+    /* "^" alone, "=" alone: no entry, every name. */
+    plait_ifname_spec_parse("^", &sp);
+    cr_assert(sp.count == 0 && plait_ifname_spec_matches(&sp, "eth0"));
+    /* A long entry is cut, never dropped: it still matches nothing. */
+    char longname[200];
+    memset(longname, 'e', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    plait_ifname_spec_parse(longname, &sp);
+    cr_assert_eq(sp.count, 1);
+    cr_assert_eq(strlen(sp.names[0]), PLAIT_IFNAME_PREFIX_BYTES - 1);
+    cr_assert(!plait_ifname_spec_matches(&sp, "eth0"));
+    /* At most PLAIT_IFNAME_SPEC_MAX entries count (NCCL's MAX_IFS). */
+    char many[512] = "="; /* exact: "if1" would be a prefix of "if16" */
+    for (int i = 0; i < PLAIT_IFNAME_SPEC_MAX + 4; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sif%d", i ? "," : "", i);
+    plait_ifname_spec_parse(many, &sp);
+    cr_assert_eq(sp.count, PLAIT_IFNAME_SPEC_MAX);
+    cr_assert(plait_ifname_spec_matches(&sp, "if15"));
+    cr_assert(!plait_ifname_spec_matches(&sp, "if16"));
+}
+
+/* A made-up interface list for plait_sock_select_interfaces. */
+struct fake_if {
+    struct ifaddrs ifa;
+    union plait_sockaddr addr;
+    char name[IFNAMSIZ];
+};
+
+static void fake_add(struct fake_if *f, int *n, const char *name, const char *ip, unsigned flags)
+{
+    struct fake_if *e = &f[*n];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    char hp[80];
+    snprintf(hp, sizeof(hp), strchr(ip, ':') ? "[%s]:0" : "%s:0", ip);
+    e->addr = parse(hp);
+    e->ifa.ifa_name = e->name;
+    e->ifa.ifa_flags = flags;
+    e->ifa.ifa_addr = &e->addr.sa;
+    if (*n > 0)
+        f[*n - 1].ifa.ifa_next = &e->ifa;
+    (*n)++;
+}
+
+static const char *select_names(const struct fake_if *f, const char *spec, char *buf, size_t len)
+{
+    struct plait_netif out[PLAIT_NETIF_MAX];
+    int n = plait_sock_select_interfaces(&f[0].ifa, spec, out, PLAIT_NETIF_MAX);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char a[PLAIT_SOCKADDR_STRLEN];
+        plait_sockaddr_str(&out[i].addr, a, sizeof(a));
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s=%s", i ? " " : "", out[i].name, a);
+    }
+    return buf;
+}
+
+Test(net, select_interfaces, .timeout = 10)
+{
+    const unsigned up = IFF_UP | IFF_RUNNING;
+    struct fake_if f[16];
+    char buf[512];
+    int n = 0;
+
+    fake_add(f, &n, "lo", "127.0.0.1", up | IFF_LOOPBACK);
+    fake_add(f, &n, "lo", "::1", up | IFF_LOOPBACK);
+    fake_add(f, &n, "docker0", "172.17.0.1", up);
+    fake_add(f, &n, "eth0", "2001:db8::5", up); /* IPv6 first: its IPv4 still wins */
+    fake_add(f, &n, "eth0", "10.0.0.5", up);
+    fake_add(f, &n, "eth1", "fe80::1", up); /* link-local only: never */
+    fake_add(f, &n, "eth2", "10.0.2.5", IFF_UP); /* no carrier */
+    fake_add(f, &n, "virbr0", "192.168.122.1", up);
+    fake_add(f, &n, "ens5", "10.0.3.5", up);
+
+    /* Default: anything but docker/lo/virbr, in list order. */
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "eth0=10.0.0.5:0 ens5=10.0.3.5:0");
+    cr_assert_str_eq(select_names(f, "", buf, sizeof(buf)), "eth0=10.0.0.5:0 ens5=10.0.3.5:0");
+    cr_assert_str_eq(select_names(f, "eth", buf, sizeof(buf)), "eth0=10.0.0.5:0");
+    cr_assert_str_eq(select_names(f, "=eth0", buf, sizeof(buf)), "eth0=10.0.0.5:0");
+    cr_assert_str_eq(select_names(f, "=eth", buf, sizeof(buf)), "");
+    cr_assert_str_eq(select_names(f, "^eth,ens", buf, sizeof(buf)), "lo=127.0.0.1:0 docker0=172.17.0.1:0 "
+                                                                     "virbr0=192.168.122.1:0");
+    cr_assert_str_eq(select_names(f, "ens,lo", buf, sizeof(buf)), "lo=127.0.0.1:0 ens5=10.0.3.5:0");
+    cr_assert_str_eq(select_names(f, "nothing", buf, sizeof(buf)), "");
+
+    /* The default's later steps: IPoIB first; then docker, then lo, then virbr. */
+    fake_add(f, &n, "ib0", "10.1.0.5", up);
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "ib0=10.1.0.5:0");
+    n = 0;
+    fake_add(f, &n, "virbr0", "192.168.122.1", up);
+    fake_add(f, &n, "lo", "127.0.0.1", up | IFF_LOOPBACK);
+    fake_add(f, &n, "docker0", "172.17.0.1", up);
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "docker0=172.17.0.1:0");
+    n = 0;
+    fake_add(f, &n, "virbr0", "192.168.122.1", up);
+    fake_add(f, &n, "lo", "127.0.0.1", up | IFF_LOOPBACK);
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "lo=127.0.0.1:0");
+    n = 0;
+    fake_add(f, &n, "virbr0", "192.168.122.1", up);
+    fake_add(f, &n, "lo", "::1", up | IFF_LOOPBACK);
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "virbr0=192.168.122.1:0");
+    /* IPv6 only: a global address is used. */
+    n = 0;
+    fake_add(f, &n, "eth0", "fe80::2", up);
+    fake_add(f, &n, "eth0", "2001:db8::7", up);
+    cr_assert_str_eq(select_names(f, NULL, buf, sizeof(buf)), "eth0=[2001:db8::7]:0");
+    /* A full output keeps the first max interfaces. */
+    n = 0;
+    for (int i = 0; i < 12; i++) {
+        char nm[16], ip[32];
+        snprintf(nm, sizeof(nm), "eth%d", i);
+        snprintf(ip, sizeof(ip), "10.0.%d.1", i);
+        fake_add(f, &n, nm, ip, up);
+    }
+    struct plait_netif out[3];
+    cr_assert_eq(plait_sock_select_interfaces(&f[0].ifa, NULL, out, 3), 3);
+    cr_assert_str_eq(out[2].name, "eth2");
+    cr_assert_eq(plait_sock_select_interfaces(NULL, NULL, out, 3), 0);
 }
 
 /* ---------------------------------------------------------------- IO with deadlines */
