@@ -47,6 +47,10 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_TRANSPORT", NULL, "auto",
      "auto: shared memory between processes of one host, in-process memory between threads of one process, TCP "
      "between hosts; socket: TCP between every pair of distinct ranks."},
+    {"PLAIT_NET_PROVIDER", NULL, "",
+     "socket: connections between hosts (and every pair under PLAIT_TRANSPORT=socket) go through the net transport "
+     "over the Socket net provider (transports/net/socket.c) instead of the socket transport. Unset: the socket "
+     "transport. The same on every rank."},
     {"PLAIT_RUNTIME_CONNECT", "NCCL_RUNTIME_CONNECT", "1",
      "1: a communicator connects its ring neighbours at init and every other peer (other algorithms' peers, "
      "point-to-point peers) when a call first needs it; 0: every connection at init. The same on every rank."},

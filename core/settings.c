@@ -160,6 +160,11 @@ plait_result_t plait_settings_load(struct plait_settings *s)
         res = plait_algo_parse(getenv("NCCL_ALGO"), 0, "NCCL_ALGO", s->algo);
     if (res)
         return res;
+    const char *np = plait_env_get("PLAIT_NET_PROVIDER");
+    if (np && *np && strcasecmp(np, "socket") != 0)
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "PLAIT_NET_PROVIDER=\"%s\" is unknown (valid: socket, or unset for the socket transport)", np);
+    snprintf(s->net_provider, sizeof(s->net_provider), "%s", np && *np ? "socket" : "");
     const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
     snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
     if ((res = plait_env_number("PLAIT_CMA", &v, NULL)))
@@ -232,6 +237,10 @@ const char *plait_settings_diff(const struct plait_settings *a, const struct pla
         snprintf(buf, len, "%s vs %s", names[a->cma >= 0 && a->cma < 3 ? a->cma : 3],
                  names[b->cma >= 0 && b->cma < 3 ? b->cma : 3]);
         return "PLAIT_CMA";
+    }
+    if (strncmp(a->net_provider, b->net_provider, sizeof(a->net_provider)) != 0) {
+        snprintf(buf, len, "\"%.31s\" vs \"%.31s\"", a->net_provider, b->net_provider);
+        return "PLAIT_NET_PROVIDER";
     }
     if (a->runtime_connect != b->runtime_connect) {
         snprintf(buf, len, "%d vs %d", a->runtime_connect != 0, b->runtime_connect != 0);

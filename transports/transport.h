@@ -67,6 +67,7 @@ struct plait_tp_env {
     uint64_t cma_min_bytes; /* for the log only */
     double timeout_s;       /* setup deadline, <= 0 none (this rank's) */
     const char *ifname;     /* PLAIT_SOCKET_IFNAME (this rank's) */
+    const char *net_provider; /* PLAIT_NET_PROVIDER: "" none (the socket transport joins hosts), "socket" */
     const int *abort_flag;  /* polled by every wait */
     const uint8_t *secret;  /* the communicator's 32-byte secret (connection authentication) */
     int bootstrap_fd;       /* a connected bootstrap socket: its local address is where peers reach us, -1 none */
