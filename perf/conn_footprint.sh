@@ -132,7 +132,9 @@ wait_files() {
 # One job: N ranks, pattern, variant, into folder $4. Returns non-zero on failure.
 run_job() {
     local n=$1 pattern=$2 variant=$3 d=$4 limit=${job_timeout:-$((120 + 10 * $1))}
-    local port=$((20000 + RANDOM % 20000)) secret r root=127.0.0.1 per_ns=$(((n + 1) / 2)) rc=0 why=""
+    # The root's port: below Linux's ephemeral range (32768..), where the
+    # previous job's many closed connections linger in TIME_WAIT.
+    local port=$((20000 + RANDOM % 12000)) secret r root=127.0.0.1 per_ns=$(((n + 1) / 2)) rc=0 why=""
     local envs=()
     [[ $variant = default ]] || IFS=+ read -r -a envs <<< "$variant"
     secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -217,7 +219,14 @@ for n in "${size_list[@]}"; do
             d=$out/n$n.$pattern.${variant//[^A-Za-z0-9_=]/_}
             note "$n ranks, $pattern, $variant ($d)"
             start=$SECONDS
-            if run_job "$n" "$pattern" "$variant" "$d"; then
+            ok=0
+            run_job "$n" "$pattern" "$variant" "$d" && ok=1
+            if ((!ok)) && grep -qs "Address already in use" "$d"/err.*; then
+                note "  the root's port was taken: once more on another"
+                rm -rf "$d"
+                run_job "$n" "$pattern" "$variant" "$d" && ok=1
+            fi
+            if ((ok)); then
                 summarize "$n" "$pattern" "$variant" "$d" >> "$table"
             else
                 failed=1
