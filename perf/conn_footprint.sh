@@ -19,7 +19,9 @@
 # environment. Shared memory is counted from each rank's /proc/self/smaps
 # (plait unlinks its /dev/shm/plait-* segments after init: they show as
 # "(deleted)" mappings): "mapped" is the mappings' size, "in all" counts each
-# segment once however many ranks map it, "resident" sums the ranks' Pss.
+# segment once however many ranks map it, "resident" sums the ranks' Pss, and
+# "used (df)" is what /dev/shm's file system holds at that point beyond what it
+# held before the job (other users of /dev/shm at the same time blur it).
 # Init is timed from after a file barrier that every rank has reached, so the
 # launch is not in it; the first call likewise. File descriptors: the rank's
 # own beyond 0-2; "other" are mostly pidfds of local peers and pipes (the kinds
@@ -114,6 +116,11 @@ if ((use_netns)); then
     done
 fi
 
+# Bytes in use on /dev/shm's file system: unlinked segments still held open
+# count, so this is the memory plait's segments really occupy (tmpfs allocates
+# a page when it is first written).
+shm_used() { df -B1 --output=used /dev/shm 2> /dev/null | tail -n 1 | tr -d ' '; }
+
 # Waits until $1 files named $2.* exist in $3, or a rank has exited, or $4 s pass.
 wait_files() {
     local want=$1 name=$2 d=$3 limit=$4 start=$SECONDS p
@@ -149,15 +156,18 @@ run_job() {
         pids+=($!)
         all_pids+=($!)
     done
+    shm_used > "$d/tmpfs.base"
     why=$(wait_files "$n" ready0 "$d" "$limit") || rc=1
     if ((rc == 0)); then
         touch "$d/go0"
         why=$(wait_files "$n" ready1 "$d" "$limit") || rc=1
     fi
+    shm_used > "$d/tmpfs.init"
     ((rc == 0)) && touch "$d/go1"
     if ((rc == 0)); then
         why=$(wait_files "$n" ready2 "$d" "$limit") || rc=1
     fi
+    shm_used > "$d/tmpfs.end"
     ((rc == 0)) && touch "$d/go2"
     if ((rc == 0)); then
         for r in "${!pids[@]}"; do
@@ -180,7 +190,10 @@ run_job() {
 # Medians and maxima over the ranks of one job: one table row.
 summarize() {
     local n=$1 pattern=$2 variant=$3 d=$4
-    cat "$d"/out.* | awk -v n="$n" -v pattern="$pattern" -v variant="$variant" -v hosts=$((use_netns ? 2 : 1)) '
+    local base used_i used_e
+    base=$(cat "$d/tmpfs.base") used_i=$(cat "$d/tmpfs.init") used_e=$(cat "$d/tmpfs.end")
+    cat "$d"/out.* | awk -v n="$n" -v pattern="$pattern" -v variant="$variant" -v hosts=$((use_netns ? 2 : 1)) \
+        -v tmpfs_i=$((used_i - base)) -v tmpfs_e=$((used_e - base)) '
     function kv(line, key,   i, f, m) { m = split(line, f, " "); for (i = 1; i <= m; i++) if (index(f[i], key "=") == 1) return substr(f[i], length(key) + 2) + 0; return 0 }
     function med(arr, cnt,   i, j, t) {
         for (i = 2; i <= cnt; i++) { t = arr[i]; for (j = i - 1; j >= 1 && arr[j] > t; j--) arr[j + 1] = arr[j]; arr[j + 1] = t }
@@ -197,10 +210,11 @@ summarize() {
     /^phase=calls/ { nc++; f8[nc] = kv($0, "first8_us"); s8[nc] = kv($0, "second8_us"); f1[nc] = kv($0, "first1m_us"); s1[nc] = kv($0, "second1m_us") }
     END {
         if (ni != n || ne != n || nc != n) { printf("| %d | %d | %s | %s | incomplete: %d/%d/%d of %d ranks reported |\n", n, hosts, pattern, variant, ni, nc, ne, n); exit }
-        printf("| %d | %d | %s | %s | %s / %s | %s | %s | %s | %s + %s | %s / %s | %s / %s | %s / %s | %s / %s |\n",
+        printf("| %d | %d | %s | %s | %s / %s | %s | %s | %s | %s | %s + %s | %s / %s | %s / %s | %s / %s | %s / %s |\n",
             n, hosts, pattern, variant,
             us(med(init, n)), us(mx(init, n)),
             both(mib(med(vi, n)), mib(med(ve, n))), both(mib(tot_i), mib(tot_e)), both(mib(pssi), mib(psse)),
+            both(mib(tmpfs_i), mib(tmpfs_e)),
             both(med(si, n), med(se, n)), both(med(oi, n), med(oe, n)),
             us(med(f8, n)), us(mx(f8, n)), us(med(s8, n)), us(mx(s8, n)),
             us(med(f1, n)), us(mx(f1, n)), us(med(s1, n)), us(mx(s1, n)))
@@ -209,8 +223,8 @@ summarize() {
 
 table=$out/table.md
 {
-    echo "| ranks | hosts | pattern | env | init median / max | shm MiB mapped per rank (median) | shm MiB in all (each segment once) | shm MiB resident in all (sum of Pss) | fds per rank: sockets + other (median) | first 8 B call median / max | second 8 B | first 1 MiB | second 1 MiB |"
-    echo "|---:|---:|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| ranks | hosts | pattern | env | init median / max | shm MiB mapped per rank (median) | shm MiB in all (each segment once) | shm MiB resident in all (sum of Pss) | /dev/shm MiB used (df) | fds per rank: sockets + other (median) | first 8 B call median / max | second 8 B | first 1 MiB | second 1 MiB |"
+    echo "|---:|---:|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 } > "$table"
 failed=0
 for n in "${size_list[@]}"; do
