@@ -26,7 +26,7 @@
  * as mappings of "/dev/shm/plait-*", deleted or not, not from /dev/shm.
  *
  * Output, on stdout, one line of key=value per phase:
- *   phase=init|end rank= nranks= init_us= maps= shm_vsz= shm_rss= shm_pss= fds= sockets= other_fds=
+ *   phase=init|end rank= pid= nranks= init_us= maps= shm_vsz= shm_rss= shm_pss= fds= sockets= other_fds=
  *   phase=calls rank= first8_us= second8_us= first1m_us= second1m_us=
  *   seginit|segend <device> <inode> <offset> <bytes>  one line per mapping, before the
  *       phase's line: the script counts each segment once in the total, however many ranks map it
@@ -157,9 +157,9 @@ static void read_footprint(struct footprint *fp, const char *seg_prefix, int ran
 
 static void print_footprint(const char *phase, int rank, int nranks, double init_us, const struct footprint *fp)
 {
-    printf("phase=%s rank=%d nranks=%d init_us=%.0f maps=%d shm_vsz=%llu shm_rss=%llu shm_pss=%llu fds=%d "
+    printf("phase=%s rank=%d pid=%d nranks=%d init_us=%.0f maps=%d shm_vsz=%llu shm_rss=%llu shm_pss=%llu fds=%d "
            "sockets=%d other_fds=%d\n",
-           phase, rank, nranks, init_us, fp->maps, fp->vsz, fp->rss, fp->pss, fp->fds, fp->sockets,
+           phase, rank, (int)getpid(), nranks, init_us, fp->maps, fp->vsz, fp->rss, fp->pss, fp->fds, fp->sockets,
            fp->fds - fp->sockets);
     fflush(stdout);
 }

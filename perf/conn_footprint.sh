@@ -29,7 +29,8 @@
 #
 # Prints one Markdown table (also written to <out>/table.md). Every job has a
 # deadline (--timeout, default 120 s + 10 s per rank); every process started is
-# killed on exit; the script fails if /dev/shm/plait-* or a rank is left over.
+# killed on exit; the script fails if a rank or one of its /dev/shm/plait-<pid>-*
+# segments is left over.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,7 +73,6 @@ exe=$build_dir/perf/conn_footprint
 [[ -n $out ]] || out=$(mktemp -d /tmp/plait-footprint.XXXXXX)
 mkdir -p "$out"
 
-shm_before=$(find /dev/shm -maxdepth 1 -name 'plait-*' 2> /dev/null | wc -l)
 pids=()
 ns=("plaitfp$$a" "plaitfp$$b")
 addr=(10.198.0.1 10.198.0.2)
@@ -263,7 +263,12 @@ done
 # Nothing may be left behind.
 cleanup
 trap - EXIT
-shm_after=$(find /dev/shm -maxdepth 1 -name 'plait-*' 2> /dev/null | wc -l)
+# plait names a segment /plait-<pid of its creator>-...: only ours count (other
+# programs on this machine may be using plait at the same time).
+leftover=0
+for pid in $(cat "$out"/*/out.* 2> /dev/null | awk '/^phase=init/ { for (i = 1; i <= NF; i++) if ($i ~ /^pid=/) print substr($i, 5) }' | sort -u); do
+    leftover=$((leftover + $(find /dev/shm -maxdepth 1 -name "plait-$pid-*" 2> /dev/null | wc -l)))
+done
 for p in "${all_pids[@]}"; do
     if kill -0 -- "-$p" 2> /dev/null; then
         echo "conn_footprint.sh: FAILED: a process of rank group $p is still running" >&2
@@ -271,8 +276,8 @@ for p in "${all_pids[@]}"; do
         failed=1
     fi
 done
-if ((shm_after > shm_before)); then
-    echo "conn_footprint.sh: FAILED: $((shm_after - shm_before)) /dev/shm/plait-* segment(s) left over" >&2
+if ((leftover > 0)); then
+    echo "conn_footprint.sh: FAILED: $leftover /dev/shm/plait-<pid>-* segment(s) of our ranks left over" >&2
     failed=1
 fi
 ((failed == 0)) || exit 1
