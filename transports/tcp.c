@@ -801,8 +801,15 @@ static int in_step(struct tcp_state *st, struct handshake *h, plait_result_t *er
             break;
         }
         if (r < 0) {
+            /* A peer that closed before its hello gave up (its process
+             * ended, or its dial lost to ours): not counted as a bad one. */
+            if (errno == ECONNRESET) {
+                PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "socket: rank %d: a connection from %s closed in its handshake",
+                           env->rank, h->from);
+                return 1;
+            }
             char why[200];
-            snprintf(why, sizeof(why), "the handshake failed: %s", errno == ECONNRESET ? "closed" : strerror(errno));
+            snprintf(why, sizeof(why), "the handshake failed: %s", strerror(errno));
             drop_in(st, h, why);
             return 1;
         }
