@@ -1203,8 +1203,8 @@ static int calibrate(const struct tune_args *a, struct tune_netns *ns)
                              "plait-tune --calibrate%s%s on %s, %s, %d cores, %.0f s; medians of %d repetitions.\n"
                              "socket: %s: alpha.socket, beta.socket measured there.\n"
                              "GPU, NVLink, PCIe and NET constants are the defaults (not measured here).",
-                             a->is_quick ? " --quick" : "", a->is_netns ? " --netns" : "", host, stamp, c.ncores, took, c.reps,
-                             sock_mode);
+                             a->is_quick ? " --quick" : "", a->is_netns ? " --netns" : "", host, stamp, c.ncores,
+                             took, c.reps, sock_mode);
     if (busy > 0.15)
         clen += (size_t)snprintf(comment + clen, sizeof(comment) - clen,
                                  "\nWARNING: the machine was busy (%.0f%% CPU used by others): figures are skewed.",
