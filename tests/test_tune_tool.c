@@ -1,7 +1,8 @@
 /* plait-tune as a user runs it (docs/tuning.md, section 4): the built tool
  * (PLAIT_TEST_TUNE_TOOL) is executed on the recorded DGX H100 host of
  * tests/fixtures/topo (PLAIT_TEST_FIXTURES) and on this machine, in its
- * --explain, --simulate and --calibrate modes, and its usage errors are
+ * --explain, --simulate and --calibrate modes (also --calibrate --netns, as
+ * root: the socket link across two network namespaces), and its usage errors are
  * checked for their exit status (2) and message. Every run has a deadline; a
  * tool that overruns it is killed and the test fails.
  *
@@ -30,6 +31,7 @@
 
 #define RUN_TIMEOUT_S 20.0       /* --explain, --simulate, errors: well under a second each here */
 #define CALIBRATE_TIMEOUT_S 40.0 /* --calibrate --quick: about 2 s on the 2-core VM */
+#define NETNS_TIMEOUT_S 90.0     /* --calibrate --netns --quick: ~35 s on the 2-core VM at load 10 */
 #define NSIZES 16                /* 8 B .. 8 GiB by x4, --explain's default */
 #define MAX_ROWS 512
 
@@ -557,6 +559,13 @@ Test(tune_tool, calibrate_quick_then_explain, .timeout = 120)
     snprintf(wrote, sizeof(wrote), "wrote %s", out);
     cr_expect(strstr(r.out, wrote) != NULL, "%s: the output does not say '%s':\n%s", r.cmd, wrote, r.out);
     run_free(&r);
+    FILE *f = fopen(out, "r");
+    cr_assert(f, "%s: %s", out, strerror(errno));
+    char *text = tool_run_read_all(f);
+    fclose(f);
+    cr_expect(strstr(text, "\n# socket: loopback") != NULL, "%s: the header does not name the socket mode "
+              "(loopback):\n%.800s", out, text);
+    free(text);
 
     struct run e = run_tool((const char *[]){"--explain", "--constants", out, "--coll", "allgather", "--ranks", "2",
                                              "--tsv", NULL});
@@ -572,4 +581,97 @@ Test(tune_tool, calibrate_quick_then_explain, .timeout = 120)
     check_sizes_and_picks(e.cmd, t, pick);
     free(t);
     run_free(&e);
+}
+
+/* ---------------------------------------------------------------- (6) --calibrate --netns --quick */
+
+/* The value of "key = VALUE" at the start of a line of text; NAN if none. */
+static double constant_in(const char *text, const char *key)
+{
+    const size_t klen = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, key, klen) != 0 || strncmp(p + klen, " = ", 3) != 0)
+            continue;
+        char *end;
+        double v = strtod(p + klen + 3, &end);
+        return end != p + klen + 3 && (*end == '\n' || !*end) ? v : NAN;
+    }
+    return NAN;
+}
+
+/* Whether `ip netns list` names a namespace that starts with prefix. */
+static bool netns_listed(const char *prefix, char *listing, size_t len)
+{
+    listing[0] = '\0';
+    FILE *p = popen("ip netns list 2>/dev/null", "r");
+    cr_assert(p, "popen(ip netns list): %s", strerror(errno));
+    bool found = false;
+    size_t used = 0;
+    char line[256];
+    while (fgets(line, sizeof(line), p)) {
+        if (strncmp(line, prefix, strlen(prefix)) == 0)
+            found = true;
+        used += (size_t)snprintf(listing + used, used < len ? len - used : 0, "%s", line);
+    }
+    pclose(p);
+    return found;
+}
+
+Test(tune_tool, calibrate_netns_socket_over_veth, .timeout = 150)
+{
+    if (geteuid() != 0)
+        cr_skip_test("--netns needs root (it creates network namespaces and a veth)");
+    /* Whether this machine lets a namespace be made at all (a container
+     * without CAP_SYS_ADMIN, no iproute2): skip, not fail. */
+    char probe[64], cmd[160];
+    snprintf(probe, sizeof(probe), "pltuneprobe%ld", (long)getpid());
+    snprintf(cmd, sizeof(cmd), "ip netns add %s >/dev/null 2>&1", probe);
+    if (system(cmd) != 0)
+        cr_skip_test("`ip netns add` fails here (no iproute2, or no CAP_SYS_ADMIN)");
+    snprintf(cmd, sizeof(cmd), "ip netns delete %s >/dev/null 2>&1", probe);
+    cr_assert_eq(system(cmd), 0, "ip netns delete %s failed", probe);
+
+    char out[256];
+    snprintf(out, sizeof(out), "%s/constants-netns.txt", tmpdir);
+    unlink(out);
+    struct run r = run_tool_for(NETNS_TIMEOUT_S,
+                                (const char *[]){"--calibrate", "--netns", "--quick", "--out", out, NULL});
+    cr_log_info("--calibrate --netns --quick took %.1f s", r.secs);
+    /* The namespaces' names (plcal<the tool's pid>a and b) from its output. */
+    const char *tag = "socket: two network namespaces over a veth (";
+    const char *at = strstr(r.out, tag);
+    char prefix[64] = "";
+    if (at) {
+        at += strlen(tag);
+        size_t n = strspn(at, "plcab0123456789");
+        snprintf(prefix, sizeof(prefix), "%.*s", n > 1 ? (int)n - 1 : 0, at); /* without the a */
+    }
+    char listing[2048];
+    const bool is_left = prefix[0] && netns_listed(prefix, listing, sizeof(listing));
+    cr_assert_eq(r.status, 0, "%s: exit %d after %.1f s\nstdout:\n%s\nstderr:\n%s", r.cmd, r.status, r.secs, r.out,
+                 r.err);
+    cr_assert(at && strncmp(prefix, "plcal", 5) == 0 && strlen(prefix) > 5,
+              "%s: the output does not say '%s...' with the namespaces' names:\n%s", r.cmd, tag, r.out);
+    cr_expect(!is_left, "%s: namespaces %s* are left after it exited:\n%s", r.cmd, prefix, listing);
+    char path[320];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/var/run/netns/%s%c", prefix, 'a' + i);
+        cr_expect(access(path, F_OK) != 0, "%s: %s is left after it exited", r.cmd, path);
+    }
+    run_free(&r);
+
+    FILE *f = fopen(out, "r");
+    cr_assert(f, "exit 0 but no file %s: %s", out, strerror(errno));
+    char *text = tool_run_read_all(f);
+    fclose(f);
+    cr_expect(strstr(text, "\n# socket: two network namespaces over a veth (") != NULL,
+              "%s: the header does not name the socket mode (namespaces):\n%.800s", out, text);
+    const char *const keys[] = {"alpha.socket", "beta.socket"};
+    for (int i = 0; i < 2; i++) {
+        const double v = constant_in(text, keys[i]);
+        cr_expect(isfinite(v) && v > 0, "%s: %s is %g (a finite positive value expected)", out, keys[i], v);
+    }
+    /* Measured there, not kept at the defaults: exit 0 says that every
+     * constant was measured (a failed one exits 1). */
+    free(text);
 }

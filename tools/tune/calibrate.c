@@ -1,7 +1,9 @@
 /* plait-tune --calibrate: the constants of tuning/model.h measured on this
  * machine (memory copies, reductions, flag ping-pongs, plait's own ping-pong,
  * streams and small collectives over shm, inproc and socket), written to a
- * constants file (docs/tuning.md, "Calibration"). */
+ * constants file (docs/tuning.md, "Calibration"). The socket link is measured
+ * over loopback, or with --netns between two network namespaces joined by a
+ * veth (netns.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -170,9 +172,12 @@ static int pin_to_first_cpu(void)
 }
 
 /* Runs s on nranks forked processes; *out gets the median per-operation
- * seconds. env: "NAME=VALUE" pairs set for the children only (NULL ends). */
-static int bench_procs(int nranks, const struct bench_spec *s, const char *const *env, double *out, char *why,
-                       size_t whylen)
+ * seconds. env: "NAME=VALUE" pairs set for the children only (NULL ends).
+ * nsfd: NULL, or per rank a network namespace (an open /var/run/netns file)
+ * that the child enters before it initialises plait (the parent stays where
+ * it is). */
+static int bench_procs_in(int nranks, const struct bench_spec *s, const char *const *env, const int *nsfd, double *out,
+                          char *why, size_t whylen)
 {
     struct bench_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) {
@@ -195,6 +200,13 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent)
                 _exit(1);
+            if (nsfd && setns(nsfd[r], CLONE_NEWNET) != 0) {
+                int expected = 0;
+                if (atomic_compare_exchange_strong(&sh->failed, &expected, 1))
+                    snprintf(sh->msg, sizeof(sh->msg), "rank %d: setns into its network namespace: %s", r,
+                             strerror(errno));
+                _exit(1);
+            }
             for (int e = 0; env && env[e]; e++)
                 putenv((char *)env[e]);
             if (s->is_pinned && pin_to_first_cpu() != 0) {
@@ -285,6 +297,12 @@ static int bench_procs(int nranks, const struct bench_spec *s, const char *const
         failed = 1;
     munmap(sh, sizeof(*sh));
     return failed ? -1 : 0;
+}
+
+static int bench_procs(int nranks, const struct bench_spec *s, const char *const *env, double *out, char *why,
+                       size_t whylen)
+{
+    return bench_procs_in(nranks, s, env, NULL, out, why, whylen);
 }
 
 /* ---- memory: copies and reductions, on min(cores, 2) threads at once */
@@ -753,7 +771,7 @@ static double cal_refine(struct plait_model_consts *k, double *const *slots, dou
     return best;
 }
 
-int tune_calibrate(const struct tune_args *a)
+static int calibrate(const struct tune_args *a, struct tune_netns *ns)
 {
     struct cal c = {.is_quick = a->is_quick};
     cpu_set_t cs;
@@ -789,6 +807,18 @@ int tune_calibrate(const struct tune_args *a)
     }
     setenv("PLAIT_COLL_TIMEOUT", "30", 1);
 
+    /* --netns: the namespaces first, so that a machine that cannot make them
+     * is told now, not after the other measurements. */
+    char nswhy[512];
+    if (a->is_netns && tune_netns_create(ns, nswhy, sizeof(nswhy)) != 0)
+        return tune_failure("--netns: %s", nswhy);
+    char sock_mode[160];
+    if (ns->is_on)
+        snprintf(sock_mode, sizeof(sock_mode), "two network namespaces over a veth (%s %s <-> %s %s)", ns->name[0],
+                 ns->addr[0], ns->name[1], ns->addr[1]);
+    else
+        snprintf(sock_mode, sizeof(sock_mode), "loopback (2 processes of this host)");
+
     struct plait_model_consts k;
     plait_model_consts_default(&k);
     const int C = PLAIT_MENGINE_CPU;
@@ -800,8 +830,9 @@ int tune_calibrate(const struct tune_args *a)
     size_t clen = 0;
     comment[0] = '\0';
 
-    printf("plait-tune --calibrate%s: %d %s available; medians of %d repetitions\n", a->is_quick ? " --quick" : "",
-           c.ncores, c.ncores == 1 ? "core" : "cores", c.reps);
+    printf("plait-tune --calibrate%s%s: %d %s available; medians of %d repetitions\n", a->is_quick ? " --quick" : "",
+           ns->is_on ? " --netns" : "", c.ncores, c.ncores == 1 ? "core" : "cores", c.reps);
+    printf("socket: %s\n", sock_mode);
     const double busy = machine_busy(0.2);
     if (busy > 0.15)
         printf("warning: the machine is busy (%.0f%% of its CPU time used by others while this tool slept):\n"
@@ -965,12 +996,16 @@ int tune_calibrate(const struct tune_args *a)
         nfailed++;
     }
 
-    /* TCP over loopback. */
-    printf("\nplait, 2 processes over TCP (PLAIT_TRANSPORT=socket, loopback):\n");
-    static const char *const env_sock[] = {"PLAIT_TRANSPORT=socket", "PLAIT_PROTO=simple", "PLAIT_CMA=0", NULL};
+    /* TCP: over loopback, or (--netns) between two network namespaces over a
+     * veth, rank 0 (and the bootstrap root) in A, rank 1 in B, both on the
+     * veth (PLAIT_SOCKET_IFNAME names both ends). */
+    printf("\nplait, 2 processes over TCP (PLAIT_TRANSPORT=socket; socket: %s):\n", sock_mode);
+    const char *env_sock[] = {"PLAIT_TRANSPORT=socket", "PLAIT_PROTO=simple", "PLAIT_CMA=0",
+                              ns->is_on ? ns->ifname_env : NULL, NULL};
+    const int *sock_ns = ns->is_on ? ns->fd : NULL;
     double pp_sock = NAN;
     why[0] = '\0';
-    if (bench_procs(2, &pp, env_sock, &pp_sock, why, sizeof(why)) == 0 && isfinite(cpu_part)) {
+    if (bench_procs_in(2, &pp, env_sock, sock_ns, &pp_sock, why, sizeof(why)) == 0 && isfinite(cpu_part)) {
         printf("  8 B ping-pong, half round trip: %.3f us\n", pp_sock * 1e6);
         v = pp_sock - cpu_part;
         if (v <= 0)
@@ -986,7 +1021,7 @@ int tune_calibrate(const struct tune_args *a)
     struct bench_spec sst = {.kind = BENCH_STREAM, .bytes = stream_bytes, .iters = a->is_quick ? 3 : 16,
                              .reps = c.reps};
     why[0] = '\0';
-    if (bench_procs(2, &sst, env_sock, &v, why, sizeof(why)) == 0) {
+    if (bench_procs_in(2, &sst, env_sock, sock_ns, &v, why, sizeof(why)) == 0) {
         v /= (double)stream_bytes;
         k.beta[PLAIT_MLINK_TCP] = v;
         say("beta.socket", v, "", "2 processes exchanging over TCP, per byte");
@@ -994,6 +1029,11 @@ int tune_calibrate(const struct tune_args *a)
         printf("  stream failed: %s\n", why);
         keep_default("beta.socket", "the stream failed");
         nfailed++;
+    }
+    if (ns->is_on) {
+        /* Nothing else runs in them: let the namespaces (and the veth) go. */
+        tune_netns_destroy(ns);
+        printf("  (the namespaces and the veth are removed)\n");
     }
 
     /* Time-slicing: more ranks than cores. With fewer than CAL_MAX_RANKS
@@ -1160,9 +1200,11 @@ int tune_calibrate(const struct tune_args *a)
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
     clen += (size_t)snprintf(comment + clen, sizeof(comment) - clen,
-                             "plait-tune --calibrate%s on %s, %s, %d cores, %.0f s; medians of %d repetitions.\n"
+                             "plait-tune --calibrate%s%s on %s, %s, %d cores, %.0f s; medians of %d repetitions.\n"
+                             "socket: %s: alpha.socket, beta.socket measured there.\n"
                              "GPU, NVLink, PCIe and NET constants are the defaults (not measured here).",
-                             a->is_quick ? " --quick" : "", host, stamp, c.ncores, took, c.reps);
+                             a->is_quick ? " --quick" : "", a->is_netns ? " --netns" : "", host, stamp, c.ncores,
+                             took, c.reps, sock_mode);
     if (busy > 0.15)
         clen += (size_t)snprintf(comment + clen, sizeof(comment) - clen,
                                  "\nWARNING: the machine was busy (%.0f%% CPU used by others): figures are skewed.",
@@ -1177,4 +1219,12 @@ int tune_calibrate(const struct tune_args *a)
            nfailed ? "; some constants keep their defaults (see above)" : "");
     printf("use it: PLAIT_TUNE_CONSTANTS=%s, or plait-tune --explain --constants %s\n", out, out);
     return nfailed ? EXIT_FAILURE : 0;
+}
+
+int tune_calibrate(const struct tune_args *a)
+{
+    struct tune_netns ns = {.fd = {-1, -1}};
+    const int rc = calibrate(a, &ns);
+    tune_netns_destroy(&ns);
+    return rc;
 }

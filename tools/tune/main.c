@@ -4,7 +4,8 @@
  *   --calibrate  measures the constants of tuning/model.h on this machine
  *                (memory copies, reductions, flag ping-pongs, plait's own
  *                ping-pong, streams and small collectives over shm, inproc and
- *                socket) and writes a constants file (tools/tune/calibrate.c);
+ *                socket; --netns: the socket link across two network
+ *                namespaces) and writes a constants file (tools/tune/calibrate.c);
  *   --explain    prints, per size, every candidate (algorithm, protocol) the
  *                tuner weighs, its predicted time and busbw, and the one it
  *                picks (--tsv: rows for perf/model_check) (explain.c);
@@ -46,6 +47,8 @@ static const char usage_text[] =
     "--calibrate options:\n"
     "  --out FILE         where to write the constants (default " DEFAULT_CONSTANTS_FILE ")\n"
     "  --quick            fewer, shorter repetitions (about 2 s instead of 10 s on an idle 2-core machine)\n"
+    "  --netns            measure the socket link (alpha.socket, beta.socket) between two network namespaces\n"
+    "                     joined by a veth, as between two hosts, instead of over loopback (needs root)\n"
     "\n"
     "--explain options:\n"
     "  --coll C           allreduce, broadcast, reduce, allgather, reducescatter, alltoall, gather, scatter\n"
@@ -170,6 +173,7 @@ static int parse_args(int argc, char **argv, struct tune_args *a)
     } applies[] = {
         {"--out", 1u << MODE_CALIBRATE},
         {"--quick", 1u << MODE_CALIBRATE},
+        {"--netns", 1u << MODE_CALIBRATE},
         {"--constants", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
         {"--topo", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE},
         {"--coll", 1u << MODE_EXPLAIN | 1u << MODE_SIMULATE | 1u << MODE_LIST_ALGOS},
@@ -231,11 +235,13 @@ static int parse_args(int argc, char **argv, struct tune_args *a)
             return tune_usage_error("unknown %s '%s'", arg[0] == '-' ? "option" : "argument", arg);
         seen[which] = applies[which].name;
 
-        if (strcmp(name, "--quick") == 0 || strcmp(name, "--tsv") == 0) {
+        if (strcmp(name, "--quick") == 0 || strcmp(name, "--tsv") == 0 || strcmp(name, "--netns") == 0) {
             if (value)
                 return tune_usage_error("%s takes no value (got '%s')", name, arg);
             if (name[2] == 'q')
                 a->is_quick = true;
+            else if (name[2] == 'n')
+                a->is_netns = true;
             else
                 a->is_tsv = true;
             continue;

@@ -23,6 +23,7 @@ struct tune_args {
     /* --calibrate */
     const char *out;
     bool is_quick;
+    bool is_netns;                   /* the socket link across two network namespaces (netns.c) */
     /* --explain / --simulate */
     const char *constants;
     const char *topo_file;
@@ -84,5 +85,26 @@ struct tune_machine_desc {
 };
 int tune_build_machine(const struct tune_args *a, const struct plait_model_consts *k, struct plait_model_machine *m,
                        struct tune_machine_desc *d);
+
+/* --calibrate --netns (tools/tune/netns.c): two network namespaces joined by
+ * a veth, A = TUNE_NETNS_PREFIX<pid>a at TUNE_NETNS_SUBNET.1/30 and B = ...b at
+ * .2/30, each named after its veth end (MTU the default), with loopback up.
+ * Their names are removed once they are open: fd[] alone holds them, and they
+ * (and the veth) vanish when this process and its children are gone. */
+#define TUNE_NETNS_PREFIX "plcal"
+#define TUNE_NETNS_SUBNET "10.201.0"
+
+struct tune_netns {
+    bool is_on;
+    char name[2][32];     /* the namespaces and their veth ends */
+    char addr[2][16];     /* their addresses */
+    int fd[2];            /* the namespaces (setns(fd, CLONE_NEWNET)); -1: none */
+    char ifname_env[48];  /* "PLAIT_SOCKET_IFNAME=<prefix><pid>": both veth ends */
+};
+
+/* Creates them (root only): 0, or -1 with the reason in why (nothing left). */
+int tune_netns_create(struct tune_netns *n, char *why, size_t whylen);
+/* Lets them go (closes fd[]); safe to call twice, and after a failed create. */
+void tune_netns_destroy(struct tune_netns *n);
 
 #endif
