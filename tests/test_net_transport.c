@@ -391,3 +391,271 @@ Test(net_transport, killed_peer_is_named, .timeout = 150)
     dead_case(0, 2, 1);
     dead_case(2, 0, 0); /* made on first use: the survivor dials the dead rank */
 }
+
+/* ---------------------------------------------------------------- the in-band hello, white box
+ *
+ * Two ranks' transport contexts in this process on a fake environment (its
+ * allgather between two threads), and a forger holding rank 1's listen
+ * handle (a member of the communicator could send anything): each malformed
+ * hello is closed and counted, and the message of an accept() that times out
+ * names the last one; then the real connection is made and carries a slot,
+ * and a second hello for it is refused. */
+#include <pthread.h>
+#include "base/log.h"
+#include "base/util.h"
+#include "transports/net/provider.h"
+
+/* The hello's wire layout (transports/net.c, struct net_hello). */
+struct wire_hello {
+    uint32_t magic, version;
+    int32_t rank, cls;
+    uint32_t nslots, pad;
+    uint64_t slot_bytes;
+};
+#define WIRE_MAGIC 0x504c4e48u
+
+struct fake_world {
+    pthread_barrier_t bar;
+    char *gathered;
+    size_t size;
+    uint8_t handle1[PLAIT_NET_HANDLE_BYTES]; /* rank 1's: the first bytes of its allgathered entry */
+    struct plait_tp_rank ranks[2];
+    int abort_flag;
+    uint8_t secret[32];
+};
+
+struct fake_rank {
+    struct fake_world *w;
+    int rank;
+    struct plait_tp_env env;
+    void *ctx;
+    plait_result_t init_status;
+};
+
+static int fake_wanted(const void *core, int a, int b, int cls)
+{
+    (void)core;
+    (void)cls;
+    return a != b;
+}
+
+static plait_result_t fake_allgather(void *core, void *data, size_t size)
+{
+    struct fake_rank *r = core;
+    struct fake_world *w = r->w;
+    pthread_barrier_wait(&w->bar);
+    if (r->rank == 0) {
+        free(w->gathered);
+        w->gathered = calloc(2, size);
+        w->size = size;
+    }
+    pthread_barrier_wait(&w->bar);
+    memcpy(w->gathered + (size_t)r->rank * size, (char *)data + (size_t)r->rank * size, size);
+    pthread_barrier_wait(&w->bar);
+    memcpy(data, w->gathered, 2 * size);
+    if (r->rank == 1 && size >= PLAIT_NET_HANDLE_BYTES)
+        memcpy(w->handle1, w->gathered + size, PLAIT_NET_HANDLE_BYTES);
+    pthread_barrier_wait(&w->bar);
+    return PLAIT_SUCCESS;
+}
+
+static plait_result_t fake_barrier(void *core)
+{
+    pthread_barrier_wait(&((struct fake_rank *)core)->w->bar);
+    return PLAIT_SUCCESS;
+}
+
+static const char *fake_peer_str(const void *core, int peer, char *buf, size_t len)
+{
+    (void)core;
+    snprintf(buf, len, "rank %d (fake)", peer);
+    return buf;
+}
+
+static void *fake_init_main(void *p)
+{
+    struct fake_rank *r = p;
+    r->init_status = plait_transport_net.init(&r->env, &r->ctx);
+    return NULL;
+}
+
+static void fake_setup(struct fake_world *w, struct fake_rank r[2])
+{
+    memset(w, 0, sizeof(*w));
+    pthread_barrier_init(&w->bar, NULL, 2);
+    for (int i = 0; i < 2; i++) {
+        w->ranks[i] = (struct plait_tp_rank){.host = i, .pid = 1000 + i, .process_token = 77 + (uint64_t)i};
+        memset(&r[i], 0, sizeof(r[i]));
+        r[i].w = w;
+        r[i].rank = i;
+        struct plait_tp_env *e = &r[i].env;
+        e->size = sizeof(*e);
+        e->rank = i;
+        e->nranks = 2;
+        e->ncls = 2;
+        e->ranks = w->ranks;
+        e->nslots = 4;
+        e->slot_bytes = 4096;
+        e->timeout_s = 30;
+        e->ifname = "lo";
+        e->net_provider = "socket";
+        e->abort_flag = &w->abort_flag;
+        e->secret = w->secret;
+        e->bootstrap_fd = -1;
+        e->wanted = fake_wanted;
+        e->allgather = fake_allgather;
+        e->barrier = fake_barrier;
+        e->peer_str = fake_peer_str;
+        e->core = &r[i];
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, fake_init_main, &r[1]);
+    fake_init_main(&r[0]);
+    pthread_join(t, NULL);
+}
+
+/* Steps both contexts for `seconds`. */
+static void step_both(struct fake_rank r[2], double seconds)
+{
+    const double end = plait_now() + seconds;
+    while (plait_now() < end) {
+        for (int i = 0; i < 2; i++) {
+            struct plait_conn *failed = NULL;
+            (void)plait_transport_net.progress(r[i].ctx, NULL, &failed);
+        }
+        usleep(200);
+    }
+}
+
+/* The forger: a send comm to rank 1 carrying `bytes` of `msg` as its first message. */
+static int forge(struct fake_world *w, struct fake_rank r[2], void *pctx, const void *msg, size_t bytes,
+                 void **comm_out)
+{
+    uint8_t handle[PLAIT_NET_HANDLE_BYTES];
+    memcpy(handle, w->handle1, sizeof(handle));
+    void *sc = NULL;
+    const double end = plait_now() + 20;
+    while (!sc && plait_now() < end) {
+        if (plait_net_socket.connect(pctx, 0, handle, &sc))
+            return -1;
+        step_both(r, 0.001);
+    }
+    if (!sc)
+        return -1;
+    void *req = NULL;
+    if (plait_net_socket.isend(sc, msg, bytes, 0, NULL, &req) || !req)
+        return -1;
+    int done = 0;
+    while (!done && plait_now() < end) {
+        if (plait_net_socket.test(req, &done, NULL))
+            return -1;
+        step_both(r, 0.001);
+    }
+    *comm_out = sc;
+    return done ? 0 : -1;
+}
+
+/* rank 1's accept of (0, cls 1), which rank 0 never dials, at a short deadline: its message. */
+static plait_result_t accept_times_out(struct fake_rank r[2], char *err, size_t len)
+{
+    struct plait_conn *conn = NULL;
+    const double deadline = plait_deadline(0.3);
+    plait_result_t res;
+    while ((res = plait_transport_net.accept(r[1].ctx, 0, 1, NULL, deadline, &conn)) == PLAIT_IN_PROGRESS)
+        step_both(r, 0.001);
+    snprintf(err, len, "%s", plait_last_error_get());
+    return res;
+}
+
+Test(net_transport, hello_checked, .timeout = 120)
+{
+    const int fds0 = mr_count_fds();
+    struct fake_world w;
+    struct fake_rank r[2];
+    fake_setup(&w, r);
+    cr_assert_eq(r[0].init_status, PLAIT_SUCCESS, "rank 0 init: %s", plait_last_error_get());
+    cr_assert_eq(r[1].init_status, PLAIT_SUCCESS, "rank 1 init");
+    cr_assert(r[0].ctx && r[1].ctx);
+    /* the pure parts */
+    cr_expect_eq(plait_transport_net.can_join(&r[0].env, 0, 1), 15);
+    cr_expect_eq(plait_transport_net.can_join(&r[0].env, 1, 1), 0);
+    struct plait_tp_info info;
+    plait_transport_net.query(&r[0].env, 0, 1, &info);
+    cr_expect_eq(info.link, PLAIT_LC_NET);
+    cr_expect_eq(info.host_mem_shared, 0);
+    cr_expect_gt(info.bw_GBps, 0.0, "no bandwidth from the properties");
+
+    void *pctx = NULL;
+    cr_assert_eq(plait_net_socket.init(&pctx, 0, NULL), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    const struct wire_hello good = {WIRE_MAGIC, 1, 0, 0, 4, 0, 4096};
+    struct {
+        struct wire_hello h;
+        size_t bytes;
+        const char *why;
+    } bad[] = {
+        {{0x12345678u, 1, 0, 0, 4, 0, 4096}, sizeof(good), "not a hello (magic 0x12345678"},
+        {{WIRE_MAGIC, 1, 5, 0, 4, 0, 4096}, sizeof(good), "a hello from rank 5, not another rank"},
+        {{WIRE_MAGIC, 1, 1, 0, 4, 0, 4096}, sizeof(good), "a hello from rank 1, not another rank"},
+        {{WIRE_MAGIC, 1, 0, 9, 4, 0, 4096}, sizeof(good), "connection class 9 of 2"},
+        {{WIRE_MAGIC, 1, 0, 0, 8, 0, 4096}, sizeof(good), "with 8 slots of 4096 bytes"},
+        {{WIRE_MAGIC, 1, 0, 0, 4, 0, 4096}, 16, "a first message of 16 bytes"},
+    };
+    void *forged[8] = {0};
+    int nforged = 0;
+    for (size_t v = 0; v < sizeof(bad) / sizeof(bad[0]); v++) {
+        cr_assert_eq(forge(&w, r, pctx, &bad[v].h, bad[v].bytes, &forged[nforged]), 0, "forging %zu: %s", v,
+                     plait_last_error_get());
+        nforged++;
+        char err[1024];
+        cr_expect_eq(accept_times_out(r, err, sizeof(err)), PLAIT_ERR_TIMEOUT);
+        char count[64];
+        snprintf(count, sizeof(count), "%zu connections were closed", v + 1);
+        cr_expect(strstr(err, count) && strstr(err, bad[v].why), "hello %zu: expected '%s' and '%s' in: %s", v,
+                  count, bad[v].why, err);
+    }
+    /* the real connection (0, 0) and one slot each way */
+    struct plait_conn *c[2] = {NULL, NULL};
+    cr_assert_eq(plait_transport_net.connect(r[0].ctx, 1, 0, 0, NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_transport_net.connect(r[1].ctx, 0, 0, PLAIT_TP_BOTH_NOW, NULL), PLAIT_SUCCESS);
+    const double deadline = plait_deadline(20);
+    for (int i = 0; i < 2; i++) {
+        plait_result_t res;
+        while ((res = plait_transport_net.accept(r[i].ctx, 1 - i, 0, NULL, deadline, &c[i])) == PLAIT_IN_PROGRESS)
+            step_both(r, 0.001);
+        cr_assert_eq(res, PLAIT_SUCCESS, "rank %d accept: %s", i, plait_last_error_get());
+        cr_assert_eq(c[i]->tp, &plait_transport_net);
+        cr_assert_eq(c[i]->peer, 1 - i);
+    }
+    for (int i = 0; i < 2; i++) {
+        char *slot = plait_conn_send_slot(c[i]);
+        cr_assert_not_null(slot);
+        memset(slot, 'a' + i, 777);
+        plait_conn_send_commit(c[i], 777);
+    }
+    for (int i = 0; i < 2; i++) {
+        uint32_t got = 0;
+        const char *in = NULL;
+        const double end = plait_now() + 20;
+        while (!(in = plait_conn_recv_slot(c[i], &got)) && plait_now() < end)
+            step_both(r, 0.001);
+        cr_assert_not_null(in, "rank %d received nothing", i);
+        cr_expect_eq(got, 777u);
+        cr_expect(in[0] == 'a' + (1 - i) && in[776] == 'a' + (1 - i));
+        plait_conn_recv_release(c[i]);
+        cr_expect(plait_transport_net.is_flushed(r[i].ctx, c[i]), "rank %d's send not flushed", i);
+    }
+    /* a second hello for (0, 0) */
+    cr_assert_eq(forge(&w, r, pctx, &good, sizeof(good), &forged[nforged]), 0, "%s", plait_last_error_get());
+    nforged++;
+    char err[1024];
+    cr_expect_eq(accept_times_out(r, err, sizeof(err)), PLAIT_ERR_TIMEOUT);
+    cr_expect(strstr(err, "a second hello from rank 0 for connection class 0"), "%s", err);
+    for (int i = 0; i < nforged; i++)
+        plait_net_socket.close_send(forged[i]);
+    plait_net_socket.finalize(pctx);
+    plait_transport_net.fini(r[0].ctx);
+    plait_transport_net.fini(r[1].ctx);
+    free(w.gathered);
+    pthread_barrier_destroy(&w.bar);
+    cr_expect_eq(mr_count_fds(), fds0, "%d descriptors before, %d after", fds0, mr_count_fds());
+}

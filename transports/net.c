@@ -822,6 +822,8 @@ static plait_result_t net_accept(void *ctx, int peer, int cls, const void *peer_
     } else if (status) {
         /* the listen comm failed: the provider's message */
     } else if (deadline > 0 && plait_deadline_passed(deadline)) {
+        char who[160];
+        env->peer_str(env->core, peer, who, sizeof(who));
         const int have_send = c && c->send_comm, have_recv = c && c->recv_comm;
         const char *missing = !have_send && !have_recv ? "our dial and its dial"
                               : !have_send             ? "our dial"
@@ -830,13 +832,12 @@ static plait_result_t net_accept(void *ctx, int peer, int cls, const void *peer_
             status = plait_error(PLAIT_ERR_TIMEOUT,
                                  "net: rank %d waited for its connection with %s on class %d until the deadline "
                                  "(PLAIT_TIMEOUT=%g s): %s did not come; %d connections were closed, the last: %s",
-                                 env->rank, c ? c->peer_str : "the peer", cls, env->timeout_s, missing, st->ndropped,
-                                 st->dropped);
+                                 env->rank, who, cls, env->timeout_s, missing, st->ndropped, st->dropped);
         else
             status = plait_error(PLAIT_ERR_TIMEOUT,
                                  "net: rank %d waited for its connection with %s on class %d until the deadline "
                                  "(PLAIT_TIMEOUT=%g s): %s did not come",
-                                 env->rank, c ? c->peer_str : "the peer", cls, env->timeout_s, missing);
+                                 env->rank, who, cls, env->timeout_s, missing);
     } else {
         status = PLAIT_IN_PROGRESS;
     }
