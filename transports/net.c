@@ -10,6 +10,8 @@
  * flight; the credit (tx_head) advances as they complete, in order. Each free
  * receive slot has one irecv() posted on the recv comm, in order; when test()
  * says it is done, the slot's size is stored and then rx_tail (release).
+ * One thread at a time moves a connection (a busy flag: the others leave it),
+ * as the provider wants one thread per comm at a time.
  *
  * Connections: init (collective) starts the provider, takes device 0 (the
  * first device the provider lists: one device per rank for now), listens on
@@ -93,6 +95,8 @@ struct net_conn {
     struct net_hello hello;  /* ours, sent first on send_comm */
     void *hello_req;         /* its request until done */
     int hello_sent;          /* the hello is posted: the send comm carries data next */
+    int hello_done;          /* its request finished (atomic: is_flushed reads it from any thread) */
+    int busy;                /* a thread is in conn_progress (atomic) */
     plait_result_t failed;   /* the dial failed: accept() says so */
     char failed_msg[512];
     int published;
@@ -502,7 +506,22 @@ static plait_result_t rx_fail(struct net_conn *c, plait_result_t status)
     return PLAIT_SUCCESS;
 }
 
+static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn *c);
+
+/* Threads that run operations of one communicator at once (a stream's
+ * worker, the calling thread) all move its connections: one at a time per
+ * connection (the provider wants one thread per comm at a time); a thread
+ * that finds it busy leaves it to the other. */
 static plait_result_t conn_progress(struct net_state *st, struct net_conn *c)
+{
+    if (__atomic_exchange_n(&c->busy, 1, __ATOMIC_ACQUIRE))
+        return PLAIT_SUCCESS;
+    plait_result_t res = conn_progress_locked(st, c);
+    __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+    return res;
+}
+
+static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn *c)
 {
     const struct plait_net_provider *p = st->prov;
     const uint32_t nslots = c->conn.nslots;
@@ -513,8 +532,10 @@ static plait_result_t conn_progress(struct net_state *st, struct net_conn *c)
     if (c->hello_req) {
         int done = 0;
         plait_result_t status = p->test(c->hello_req, &done, NULL);
-        if (status || done)
+        if (status || done) {
             c->hello_req = NULL;
+            __atomic_store_n(&c->hello_done, 1, __ATOMIC_RELEASE);
+        }
         if (status)
             return conn_fail(c, status, "the hello to");
     }
@@ -591,7 +612,8 @@ static plait_result_t conn_progress(struct net_state *st, struct net_conn *c)
 static int conn_flushed(const struct plait_conn *conn)
 {
     const struct net_conn *c = (const struct net_conn *)conn;
-    return !c->hello_req && c->tx_head == __atomic_load_n(&c->tx_tail, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&c->hello_done, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&c->tx_head, __ATOMIC_ACQUIRE) == __atomic_load_n(&c->tx_tail, __ATOMIC_ACQUIRE);
 }
 
 static plait_result_t net_progress(void *ctx, struct plait_conn *conn, struct plait_conn **failed)
