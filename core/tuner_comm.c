@@ -119,6 +119,35 @@ plait_result_t plait_tuner_prepare(struct plait_comm *comm)
     return PLAIT_SUCCESS;
 }
 
+/* The network's figures: a constants file (PLAIT_TUNE_CONSTANTS, from
+ * plait-tune --calibrate) wins; without one, what the net transport's
+ * provider says of the link between hosts (its query: agreed by every rank)
+ * replaces the built-in socket constants; the socket transport says nothing
+ * and the built-in constants stay. */
+static void net_figures(const struct plait_comm *comm, struct plait_tuner *t)
+{
+    if (t->consts_path[0])
+        return;
+    for (int a = 0; a < comm->nranks; a++)
+        for (int b = a + 1; b < comm->nranks; b++) {
+            if (comm->host_of[a] == comm->host_of[b])
+                continue;
+            struct plait_tp_info info;
+            plait_comm_pair_info(comm, a, b, &info);
+            if (info.link != PLAIT_LC_NET || (info.bw_GBps <= 0 && info.lat_us <= 0))
+                return;
+            if (info.bw_GBps > 0)
+                t->k.beta[PLAIT_MLINK_TCP] = 1.0 / (info.bw_GBps * 1e9);
+            if (info.lat_us > 0)
+                t->k.alpha[PLAIT_MLINK_TCP] = info.lat_us * 1e-6;
+            PLAIT_INFO(PLAIT_SUBSYS_TUNING,
+                       "rank %d: the model's link between hosts from the net provider: %.3g GB/s, %.3g us",
+                       comm->rank, info.bw_GBps, info.lat_us);
+            return;
+        }
+}
+
+
 plait_result_t plait_tuner_init(struct plait_comm *comm)
 {
     struct plait_tuner *t = comm->tuner;
@@ -142,6 +171,7 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
     const int shape_hosts = comm->nhosts >= 1 && n % comm->nhosts == 0 ? comm->nhosts : 1;
     int intra_class, inter_class;
     pair_links(comm, &intra_class, &inter_class);
+    net_figures(comm, t);
     const int intra = model_link(intra_class), inter = model_link(inter_class);
     if (intra < 0 || inter < 0)
         return plait_error(PLAIT_ERR_INTERNAL, "rank %d: the tuner's model has no link for link class %d", comm->rank,

@@ -13,6 +13,10 @@
 # alternating which goes first, and prints per size the median busbw (latency
 # in us for sizes <= 64 B), the ratios and plait's fraction of the
 # memory-traffic bound. docs/performance.md explains the method and the bounds.
+# With --netns each round also runs `iperf3 --bidir` across the same veth; its
+# per-direction rate (median of rounds) is printed beside the busbw columns as
+# the link's limit (plait/iperf3): for 2-rank allreduce busbw is the bytes each
+# rank sends (and receives) per second, which is what iperf3 measures.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +31,7 @@ build_dir=${BUILD_DIR:-build}
 
 die() { echo "compare.sh: error: $*" >&2; exit 1; }
 note() { echo "# $*" >&2; }
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while (($#)); do
     case $1 in
@@ -117,7 +121,11 @@ for p in "${peer_list[@]}"; do
     mpich) [[ -x /usr/bin/mpicc.mpich && -x /usr/bin/mpiexec.mpich ]] || missing+=(mpich libmpich-dev) ;;
     esac
 done
-if ((use_netns)); then command -v ip > /dev/null || missing+=(iproute2); fi
+if ((use_netns)); then
+    command -v ip > /dev/null || missing+=(iproute2)
+    command -v iperf3 > /dev/null || missing+=(iperf3)
+    command -v python3 > /dev/null || missing+=(python3)
+fi
 if [[ -n $plot ]] && ! command -v gnuplot > /dev/null; then missing+=(gnuplot-nox); fi
 ((${#missing[@]} == 0)) || apt_install "${missing[@]}"
 
@@ -305,13 +313,54 @@ run_mpich() {
         "${mpi_exe[mpich]}" -C "$coll" "${perf_args[@]}" > "$o" 2> "$o.err"
 }
 
-nlibs=${#libs[@]}
+# iperf3 --bidir across the veth: the server in the second namespace, the
+# client in the first, both directions at once for 5 s after 1 s of warm-up.
+# Writes "<GB/s one way> <GB/s other way>" (received bytes, 1e9 B/s) to $1.
+run_iperf3() {
+    local o=$1 port=$((20000 + RANDOM % 20000)) spid rc=0 t
+    timeout 60 ip netns exec "${ns[1]}" iperf3 -s -1 -B "${addr[1]}" -p "$port" > "$o.server" 2>&1 &
+    spid=$!
+    # The server needs a moment to listen; the client retries its connect.
+    for t in 1 2 3 4 5 6 7 8 9 10; do
+        sleep 0.3
+        if timeout 60 ip netns exec "${ns[0]}" iperf3 -c "${addr[1]}" -p "$port" --bidir -t 5 -O 1 -J \
+            > "$o.json" 2> "$o.err"; then
+            rc=0
+            break
+        fi
+        rc=1
+        grep -q "Connection refused" "$o.json" "$o.err" 2> /dev/null || break
+    done
+    kill "$spid" 2> /dev/null || true
+    wait "$spid" 2> /dev/null || true
+    ((rc == 0)) || return 1
+    python3 - "$o.json" > "$o" << 'PYEOF' || return 1
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+print("%.3f %.3f" % (e["sum_received"]["bits_per_second"] / 8e9,
+                     e["sum_received_bidir_reverse"]["bits_per_second"] / 8e9))
+PYEOF
+}
+
+round_items=("${libs[@]}")
+if ((use_netns)); then
+    round_items+=(iperf3)
+    lib_ok[iperf3]=1
+fi
+nlibs=${#round_items[@]}
 for ((k = 0; k < rounds; k++)); do
     for ((j = 0; j < nlibs; j++)); do
-        l=${libs[(k + j) % nlibs]}
+        l=${round_items[(k + j) % nlibs]}
         ((lib_ok[$l])) || continue
         f=$out/$l.round$k.txt
         note "round $((k + 1))/$rounds: $l"
+        if [[ $l == iperf3 ]]; then
+            if ! run_iperf3 "$f"; then
+                lib_ok[iperf3]=0
+                failures+=("iperf3: failed; see $f.json and $f.err")
+            fi
+            continue
+        fi
         rc=0
         run_lib "$l" "$f" || rc=$?
         if ((rc != 0)); then
@@ -328,6 +377,15 @@ for ((k = 0; k < rounds; k++)); do
     done
 done
 fi # --from
+
+# iperf3's per-direction rate: the median over rounds of the mean of its two
+# directions (both run at once).
+iperf_bw=""
+if ((use_netns)) && compgen -G "$out/iperf3.round*.txt" > /dev/null; then
+    iperf_bw=$(cat "$out"/iperf3.round*.txt | awk '{ print ($1 + $2) / 2 }' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    iperf_all=$(cat "$out"/iperf3.round*.txt | awk '{ printf("%s%.2f/%.2f", NR > 1 ? ", " : "", $1, $2) }')
+fi
 
 # The figure of the widest triad measured (min(ranks, CPUs) threads).
 bw_threads=$(awk '$1 == "triad" { t = $2 } END { print t }' "$out/membw.txt")
@@ -363,7 +421,7 @@ mode="shared memory (plait --np $np; Open MPI btl self,vader; MPICH default)"
 table=$out/table.md
 ok_libs=()
 for l in "${libs[@]}"; do ((lib_ok[$l])) && ok_libs+=("$l"); done
-awk -v libs="${ok_libs[*]}" -v n="$np" -v triad="$triad" -v coll="$coll" '
+awk -v libs="${ok_libs[*]}" -v n="$np" -v triad="$triad" -v coll="$coll" -v iperf="${iperf_bw:-0}" '
 function median(arr, cnt,   i, j, t) {
     for (i = 2; i <= cnt; i++) { t = arr[i]; for (j = i - 1; j >= 1 && arr[j] > t; j--) arr[j + 1] = arr[j]; arr[j + 1] = t }
     return cnt % 2 ? arr[(cnt + 1) / 2] : (arr[cnt / 2] + arr[cnt / 2 + 1]) / 2
@@ -389,6 +447,7 @@ END {
     for (i = 2; i <= nl; i++) { hdr = hdr " plait/" L[i] " |"; sep = sep "---:|" }
     if (nl > 2) { hdr = hdr " plait/best |"; sep = sep "---:|" }
     hdr = hdr " plait/bound |"; sep = sep "---:|"
+    if (iperf > 0) { hdr = hdr " iperf3 |"; sep = sep "---:|"; for (i = 2; i <= nl; i++) { hdr = hdr " " L[i] "/iperf3 |"; sep = sep "---:|" }; hdr = hdr " plait/iperf3 |"; sep = sep "---:|" }
     print hdr; print sep
     for (s = 1; s <= ns; s++) for (t = s + 1; t <= ns; t++) if (sizes[t] < sizes[s]) { x = sizes[s]; sizes[s] = sizes[t]; sizes[t] = x }
     for (s = 1; s <= ns; s++) {
@@ -413,6 +472,12 @@ END {
             line = line (r > 0 ? " " fmt(r) " |" : " - |")
         }
         line = line ((!is_lat && med[1] > 0 && bound > 0) ? " " fmt(med[1] / bound) " |" : " - |")
+        if (iperf > 0) {
+            # The link limit only means something for busbw rows.
+            line = line (is_lat ? " - |" : " " fmt(iperf) " |")
+            for (i = 2; i <= nl; i++) line = line ((!is_lat && med[i] > 0) ? " " fmt(med[i] / iperf) " |" : " - |")
+            line = line ((!is_lat && med[1] > 0) ? " " fmt(med[1] / iperf) " |" : " - |")
+        }
         print line
     }
     printf("\nbound = %.2f GB/s busbw (triad %.2f GB/s x %s, n = %d)\n", bound, triad, \
@@ -431,6 +496,12 @@ END {
     echo
     echo "plait/peer and plait/best are speed ratios (> 1: plait faster): busbw ratio, or peer time / plait time" \
          "for latency rows. busbw = size / time x $busbw_factor (n = $np). Raw outputs: $out"
+    if [[ -n $iperf_bw ]]; then
+        echo
+        echo "iperf3 --bidir on the same veth: $iperf_bw GB/s per direction (median of rounds of the two directions' mean;" \
+             "rounds, one way/other way: $iperf_all). The columns <lib>/iperf3 compare busbw with it" \
+             "(for 2-rank allreduce, busbw is the bytes each rank sends per second)."
+    fi
 } | tee "$out/summary.md"
 
 # ---------------------------------------------------------------- plot

@@ -76,6 +76,7 @@ struct tcp_conn {
     int eof; /* the peer closed its side: nothing more will arrive */
     int dialed; /* this rank dialed it (a hello for it from a higher rank crossed our dial: "lost") */
     char malformed[512]; /* set by a malformed message: the connection is dead, this is why */
+    int busy;          /* a thread is in conn_progress (atomic) */
 };
 
 /* A handshake in progress: a dial of ours, or a connection that came in. */
@@ -150,7 +151,22 @@ static plait_result_t conn_fail(struct tcp_conn *t, plait_result_t res, const ch
     return plait_error(res, "socket: %s with %s", what, t->peer_str);
 }
 
+static plait_result_t conn_progress_locked(struct plait_conn *conn);
+
+/* Threads that run operations of one communicator at once (a stream's
+ * worker, the calling thread) all move its connections: one at a time per
+ * connection; a thread that finds it busy leaves it to the other. */
 static plait_result_t conn_progress(struct plait_conn *conn)
+{
+    struct tcp_conn *t = (struct tcp_conn *)conn;
+    if (__atomic_exchange_n(&t->busy, 1, __ATOMIC_ACQUIRE))
+        return PLAIT_SUCCESS;
+    plait_result_t res = conn_progress_locked(conn);
+    __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+    return res;
+}
+
+static plait_result_t conn_progress_locked(struct plait_conn *conn)
 {
     struct tcp_conn *t = (struct tcp_conn *)conn;
     const size_t slot = conn->slot_bytes;
@@ -190,7 +206,7 @@ static plait_result_t conn_progress(struct plait_conn *conn)
         t->tx_off += (size_t)n;
         if (t->tx_off == sizeof(hdr) + len) {
             t->tx_off = 0;
-            t->tx_head++;
+            __atomic_store_n(&t->tx_head, t->tx_head + 1, __ATOMIC_RELEASE);
         }
     }
     /* receive into free slots */
@@ -249,7 +265,7 @@ static plait_result_t conn_progress(struct plait_conn *conn)
 static int conn_flushed(const struct plait_conn *conn)
 {
     const struct tcp_conn *t = (const struct tcp_conn *)conn;
-    return t->tx_head == __atomic_load_n(&t->tx_tail, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&t->tx_head, __ATOMIC_ACQUIRE) == __atomic_load_n(&t->tx_tail, __ATOMIC_ACQUIRE);
 }
 
 /* Per context: every connection of the communicator on sockets. */

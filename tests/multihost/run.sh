@@ -484,7 +484,9 @@ kill_job() {
             fail "rank $r's error does not name rank $victim first: $LINE"
             bad=1
         fi
-        rest=$(echo "$text" | sed -E 's/as rank [0-9]+ found//g; s/rank [0-9]+ \([^)]*\) is gone with it//g')
+        # "rank B is gone with it (why)": a survivor that exited after the
+        # culprit's death, named after the culprit with its own detail
+        rest=$(echo "$text" | sed -E 's/as rank [0-9]+ found//g; s/rank [0-9]+ \([^)]*\) is gone with it.*//')
         for o in "${!PIDS[@]}"; do
             [ "$o" = "$victim" ] || [ "$o" = "$r" ] && continue
             names_rank "$rest" "$o" && { fail "rank $r's error blames the survivor rank $o: $LINE"; bad=1; }
