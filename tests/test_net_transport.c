@@ -309,6 +309,73 @@ Test(net_transport, eager_send_before_a_collective, .timeout = 150)
     run(4, eager_rank, NULL);
 }
 
+/* Operations of one communicator running at once on three threads (two
+ * streams' workers and the calling thread) all move the same connections:
+ * one thread at a time per connection, or the provider's comms break. */
+#define TS_COUNT 40000
+static int threads_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    (void)arg;
+    const size_t pc = TS_COUNT;
+    int32_t *s = malloc(sizeof(int32_t) * pc * 2), *got = malloc(sizeof(int32_t) * pc * 2);
+    int32_t *all_s = malloc(sizeof(int32_t) * pc * (size_t)n), *all_r = malloc(sizeof(int32_t) * pc * (size_t)n);
+    plait_stream_t s1 = NULL, s2 = NULL;
+    int bad = !s || !got || !all_s || !all_r || plait_stream_create(&s1) || plait_stream_create(&s2);
+    for (int iter = 0; iter < 3 && !bad; iter++) {
+        for (size_t i = 0; i < pc * 2; i++)
+            s[i] = (int32_t)(rank * 1000000 + (int)i + iter);
+        for (size_t i = 0; i < pc * (size_t)n; i++)
+            all_s[i] = (int32_t)(rank * 1000000 + (int)i + iter);
+        memset(got, 0xff, sizeof(int32_t) * pc * 2);
+        plait_group_start();
+        plait_send(s, pc, PLAIT_INT32, (rank + 1) % n, comm, s1);
+        plait_recv(got, pc, PLAIT_INT32, (rank + n - 1) % n, comm, s1);
+        plait_group_end();
+        plait_group_start();
+        plait_send(s + pc, pc, PLAIT_INT32, (rank + 2) % n, comm, s2);
+        plait_recv(got + pc, pc, PLAIT_INT32, (rank + n - 2) % n, comm, s2);
+        plait_group_end();
+        if (plait_alltoall(all_s, all_r, pc, PLAIT_INT32, comm, NULL) || plait_stream_synchronize(s1) ||
+            plait_stream_synchronize(s2)) {
+            snprintf(msg, len, "rank %d iteration %d: %s", rank, iter, plait_get_last_error(comm));
+            bad = 1;
+            break;
+        }
+        const int p1 = (rank + n - 1) % n, p2 = (rank + n - 2) % n;
+        for (size_t i = 0; i < pc && !bad; i++)
+            if (got[i] != (int32_t)(p1 * 1000000 + (int)i + iter) ||
+                got[pc + i] != (int32_t)(p2 * 1000000 + (int)(pc + i) + iter)) {
+                snprintf(msg, len, "rank %d iteration %d: stream element %zu wrong", rank, iter, i);
+                bad = 1;
+            }
+        for (int q = 0; q < n && !bad; q++)
+            for (size_t i = 0; i < pc && !bad; i++)
+                if (all_r[(size_t)q * pc + i] != (int32_t)(q * 1000000 + (int)((size_t)rank * pc + i) + iter)) {
+                    snprintf(msg, len, "rank %d iteration %d: alltoall element %zu from rank %d wrong", rank, iter,
+                             i, q);
+                    bad = 1;
+                }
+    }
+    if (s1)
+        plait_stream_destroy(s1);
+    if (s2)
+        plait_stream_destroy(s2);
+    free(s);
+    free(got);
+    free(all_s);
+    free(all_r);
+    if (!bad && net_conns(comm, rank, msg, len) < 0)
+        bad = 1;
+    if (bad && !msg[0])
+        snprintf(msg, len, "rank %d: set-up failed", rank);
+    return bad;
+}
+
+Test(net_transport, three_threads_one_communicator, .timeout = 150)
+{
+    run(5, threads_rank, NULL);
+}
+
 /* ---------------------------------------------------------------- a killed peer */
 
 struct dead_board {
