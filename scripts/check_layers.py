@@ -50,7 +50,7 @@ ALLOWED = {
 # A transport is reached through its ops table (transports/transport.h): no
 # code outside transports/ names a particular one. tests/ may (they check
 # which transport a connection got).
-TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|TCP|COUNT)|plait_transport_(shm|inproc|tcp)|plait_tcp_conn_fd)\b")
+TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|TCP|COUNT)|plait_transport_(shm|inproc|tcp|net)|plait_tcp_conn_fd)\b")
 TRANSPORT_ID_FREE = ("transports", "tests")
 # Folders inside a layer that may include less than the rest of it: each may
 # include itself, the public header and the layers named here, nothing else

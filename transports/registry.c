@@ -1,11 +1,13 @@
 /* The transports a communicator may use, in set-up order, and the choice of
  * one per pair of ranks: the highest priority that can_join() gives. */
 #include "transports/transport.h"
+#include "transports/net.h"
 
 const struct plait_transport *const plait_transports[] = {
     &plait_transport_inproc,
     &plait_transport_shm,
     &plait_transport_tcp,
+    &plait_transport_net,
 };
 const int plait_ntransports = (int)(sizeof(plait_transports) / sizeof(plait_transports[0]));
 

@@ -13,6 +13,7 @@
 #
 # Scenarios: full_2x2 (the matrix, auto and forced algorithms), smoke_2x1,
 # smoke_4x1, smoke_2x4, smoke_1_2_3 (a few collectives, auto and hier),
+# net_2x2 (the smoke collectives over the net transport, PLAIT_NET_PROVIDER=socket),
 # slow_link (tc tbf on one host's veth), kill_peer (a rank SIGKILLed in the
 # middle of an allreduce), link_down (a host's link taken down in the middle).
 # docs/testing.md ("Multi-host tests") says what each checks.
@@ -28,7 +29,7 @@
 set -uo pipefail
 
 PREFIX=plmh
-SCENARIOS="full_2x2 smoke_2x1 smoke_4x1 smoke_2x4 smoke_1_2_3 slow_link kill_peer link_down"
+SCENARIOS="full_2x2 smoke_2x1 smoke_4x1 smoke_2x4 smoke_1_2_3 net_2x2 slow_link kill_peer link_down"
 SUBNET=10.77.0 # inside the private namespaces only
 PORT=29400
 
@@ -386,6 +387,16 @@ scenario_smoke_2x1() { smoke 1,1; }
 scenario_smoke_4x1() { smoke 1,1,1,1; }
 scenario_smoke_2x4() { smoke 4,4; }
 scenario_smoke_1_2_3() { smoke 1,2,3; }
+# The net transport (transports/net.c, PLAIT_NET_PROVIDER=socket: the Socket
+# provider) between the two hosts; shm inside each. Its init line must say
+# "net" for every rank of the other host.
+scenario_net_2x2() {
+    make_hosts 2 || { fail "network set-up"; return; }
+    ACROSS_HOSTS=net
+    run_matrix_job "net provider socket: 2,2" "0 0 1 1" 180 PLAIT_COLL_TIMEOUT=60 PLAIT_NET_PROVIDER=socket -- \
+        "${SMOKE[@]}"
+    ACROSS_HOSTS="socket|net"
+}
 
 # tc's counters of a qdisc: "sent BYTES overlimits N".
 tbf_stats() {

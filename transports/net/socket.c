@@ -1093,11 +1093,14 @@ static plait_result_t sock_test(void *vreq, int *done_out, size_t *sizes_out)
         status = c->failed;
     else
         status = c->is_send ? send_progress(c) : recv_progress(c);
+    /* A request whose messages all completed is done even when the comm
+     * failed after them (a receive posted behind it met the peer's EOF in
+     * the same call): its bytes are whole, and the failure is the next
+     * request's to report. */
     int is_done = 1, is_failed = 0;
-    if (status == PLAIT_SUCCESS)
-        for (int i = 0; i < r->n; i++)
-            is_done &= msg_is_done(c, &r->msgs[i], &is_failed);
-    if (status != PLAIT_SUCCESS || is_failed || __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) {
+    for (int i = 0; i < r->n; i++)
+        is_done &= msg_is_done(c, &r->msgs[i], &is_failed);
+    if (!is_done && (status != PLAIT_SUCCESS || is_failed || __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE))) {
         /* Finished by the error; its pieces stay out of reuse (the comm
          * takes no new request). */
         r->is_used = 0;
