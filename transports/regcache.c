@@ -398,7 +398,7 @@ plait_result_t plait_regcache_get(struct plait_regcache *rc, const void *addr, s
                            !rc ? "cache" : !mem ? "mem" : "ref_out");
     uintptr_t a = (uintptr_t)addr;
     struct rc_class cls;
-    uintptr_t s, e;
+    uintptr_t s = 0, e = 0;
     plait_result_t res = request_class(rc, a, len, mem, &cls, &s, &e);
     if (res != PLAIT_SUCCESS)
         return res;
