@@ -417,12 +417,8 @@ static plait_result_t check_wait(double deadline, const int *abort_flag, int fd,
     return PLAIT_SUCCESS;
 }
 
-/* A failed send/recv: the peer's fault (REMOTE) or ours (SYSTEM). */
-static plait_result_t io_error(int fd, const char *op, int err)
+plait_result_t plait_sock_errno_status(int err)
 {
-    char peer[PLAIT_SOCKADDR_STRLEN];
-
-    fd_peer_str(fd, peer, sizeof(peer));
     switch (err) {
     case ECONNRESET:
     case EPIPE:
@@ -432,10 +428,22 @@ static plait_result_t io_error(int fd, const char *op, int err)
     case ENETDOWN:
     case ENOTCONN:
     case ECONNABORTED:
-        return plait_error(PLAIT_ERR_REMOTE, "connection to %s lost during %s: %s", peer, op, strerror(err));
+    case ECONNREFUSED:
+        return PLAIT_ERR_REMOTE;
     default:
-        return plait_error(PLAIT_ERR_SYSTEM, "%s on the connection to %s: %s", op, peer, strerror(err));
+        return PLAIT_ERR_SYSTEM;
     }
+}
+
+/* A failed send/recv: the peer's fault (REMOTE) or ours (SYSTEM). */
+static plait_result_t io_error(int fd, const char *op, int err)
+{
+    char peer[PLAIT_SOCKADDR_STRLEN];
+
+    fd_peer_str(fd, peer, sizeof(peer));
+    if (plait_sock_errno_status(err) == PLAIT_ERR_REMOTE)
+        return plait_error(PLAIT_ERR_REMOTE, "connection to %s lost during %s: %s", peer, op, strerror(err));
+    return plait_error(PLAIT_ERR_SYSTEM, "%s on the connection to %s: %s", op, peer, strerror(err));
 }
 
 static plait_result_t eof_error(int fd, size_t done, size_t len)

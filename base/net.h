@@ -81,6 +81,11 @@ plait_result_t plait_sock_find_interfaces(const char *ifname_spec, struct plait_
 plait_result_t plait_sock_find_ifaddr(const char *ifname_spec, union plait_sockaddr *addr_out, char *ifname_out,
                                       size_t ifname_len);
 
+/* Whether a socket call's errno is the peer's or the network's doing
+ * (PLAIT_ERR_REMOTE: reset, refused, unreachable, timed out, ...) or this
+ * process's (PLAIT_ERR_SYSTEM). */
+plait_result_t plait_sock_errno_status(int err);
+
 /* Parses "host:port", "ipv4:port" or "[ipv6]:port" (host names resolved with
  * getaddrinfo). PLAIT_ERR_INVALID_ARGUMENT with the text when malformed. */
 plait_result_t plait_sock_parse_addr(const char *hostport, union plait_sockaddr *addr_out);

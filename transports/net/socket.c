@@ -278,20 +278,7 @@ static plait_result_t comm_error(struct sock_comm *c)
 
 static plait_result_t io_status(int err)
 {
-    switch (err) {
-    case ECONNRESET:
-    case EPIPE:
-    case ETIMEDOUT:
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-    case ENETDOWN:
-    case ENOTCONN:
-    case ECONNABORTED:
-    case ECONNREFUSED:
-        return PLAIT_ERR_REMOTE;
-    default:
-        return PLAIT_ERR_SYSTEM;
-    }
+    return plait_sock_errno_status(err);
 }
 
 static int ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
