@@ -731,7 +731,10 @@ static void compare_matrix(struct cx_config *cfg)
 {
     long passed = 0, failed = 0;
     cfg->label = "double";
-    cfg->timeout_s = 50;
+    /* The whole run's budget: well inside meson's 120 s, and with room for
+     * an ASan build on a loaded 2-core machine (15-23 s there usually, over
+     * 50 s once in CI). */
+    cfg->timeout_s = 100;
     int st = cx_run_cases(cfg, stdout, &passed, &failed);
     printf("%ld passed, %ld failed %s\n", passed, failed, DOUBLE_NOTE);
     cr_expect_eq(st, 0, "%ld of %ld cases failed (status %d): see the FAIL lines", failed, passed + failed, st);
@@ -783,7 +786,10 @@ Test(cuda_host, procs_ipc_double)
     cfg.types = (1u << PLAIT_FLOAT32) | (1u << PLAIT_BFLOAT16) | (1u << PLAIT_INT8);
     long passed = 0, failed = 0;
     cfg.label = "double";
-    cfg.timeout_s = 50;
+    /* The whole run's budget: well inside meson's 120 s, and with room for
+     * an ASan build on a loaded 2-core machine (15-23 s there usually, over
+     * 50 s once in CI). */
+    cfg.timeout_s = 100;
     int st = cx_run_cases(&cfg, stdout, &passed, &failed);
     printf("%ld passed, %ld failed %s\n", passed, failed, DOUBLE_NOTE);
     cr_expect_eq(st, 0, "%ld of %ld cases failed (status %d): see the FAIL lines", failed, passed + failed, st);
