@@ -402,7 +402,7 @@ static plait_result_t comm_setup(struct plait_comm *comm, const plait_unique_id_
     if (hi > 0 && comm->set.nchannels > hi)
         comm->set.nchannels = hi;
     comm->nchannels = comm->set.nchannels;
-    comm->ncls = comm->nchannels + 1;
+    comm->ncls = comm->nchannels + 2; /* + the small-message class + point-to-point */
     /* The tuning files before the exchange: their hashes are agreed settings. */
     if ((status = plait_tuner_prepare(comm)))
         return status;

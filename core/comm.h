@@ -66,7 +66,9 @@ struct plait_comm {
 
     /* connections: conns[peer * ncls + cls]; NULL where none */
     int nchannels;
-    int ncls;               /* nchannels + 1: the last class is point-to-point */
+    int ncls;               /* nchannels + 2: the channels' classes, the small-message class (index
+                             * nchannels: connected only with fast_msg), then point-to-point (the last) */
+    int fast_msg;           /* the small-message path runs over connections (fastpath.c): agreed */
     struct plait_conn **conns;
     uint8_t *tp_of;         /* per peer: the transport that joins us (an index in plait_transports) */
     void *tp_ctx[PLAIT_TP_MAX];          /* per transport: its context (NULL: nothing on this rank) */
@@ -158,6 +160,7 @@ struct plait_task {
     int is_fast;             /* runs on the small-message path (fastpath.c), not through FIFOs */
     int fast_next;           /* small-message path: the next rank whose data is consumed */
     uint32_t fast_polls;     /* small-message path: waits so far (paces the mismatch check) */
+    uint32_t fast_sent;      /* small-message path over connections: the peers sent to (bit per rank) */
     struct plait_step step;
 };
 

@@ -32,6 +32,10 @@ int plait_conn_needed(const struct plait_comm *comm, int rank, int peer, int cls
 {
     if (cls == comm->ncls - 1)
         return 1;
+    /* the small-message class: every peer, when that path runs over
+     * connections (it exchanges with every rank), made on first use */
+    if (cls == comm->nchannels)
+        return comm->fast_msg && rank != peer;
     /* ring channels join the peers any algorithm of the table may use, and the
      * neighbours of the topology's ring orders */
     return plait_algo_connects(comm->nranks, comm->set.tree_radix, comm->set.algo, rank, peer) ||
@@ -325,6 +329,9 @@ plait_result_t plait_comm_transports_setup(struct plait_comm *comm)
         }
         comm->tp_of[p] = (uint8_t)t;
     }
+    /* Whether the small-message path runs over connections (no transport
+     * joins every pair with boxes): it decides which connections exist. */
+    comm->fast_msg = plait_fast_msg_wanted(comm);
     /* The regions each transport holds for the core: a pure function of
      * what every rank knows (every segment's layout is computed by its peers). */
     for (int t = 0; t < plait_ntransports; t++) {
@@ -346,6 +353,8 @@ plait_result_t plait_comm_transports_setup(struct plait_comm *comm)
     if ((status = connect_set(comm, 0)))
         return status;
     attach_regions(comm);
+    if (comm->fast_msg && !comm->fast)
+        plait_fast_attach_msg(comm);
     PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT, "rank %d: %d connections at init (%s)", me, comm->nconns_made,
                comm->set.runtime_connect ? "ring neighbours; the others on first use" : "every one: PLAIT_RUNTIME_CONNECT=0");
     return PLAIT_SUCCESS;

@@ -32,6 +32,21 @@
  * order: inline on the calling thread, or as the only task of their op in lane
  * 0 of the executor.
  *
+ * Over connections. Between hosts (or with PLAIT_TRANSPORT=socket) no
+ * segment holds every rank's boxes; the same exchange then runs as messages
+ * on the communicator's small-message connection class (comm->nchannels,
+ * connected to every peer on first use: comm->fast_msg). A call writes one
+ * FIFO slot to each peer, the tag and then the data (the tag alone where a
+ * box would carry none), so the net transport sends it as one message (the
+ * Socket provider: one write of header and data) and the peer reads it with
+ * one read; then it takes one slot from each peer, in rank order. The slots
+ * come in order, so the message from a peer is exactly this call's: any other
+ * tag or size is a mismatch. A call posts to every peer before it consumes
+ * anything (in place, alltoall's blocks are overwritten by what it receives).
+ * Credit: a rank starting call k has at most calls k - 1 and k unread at a
+ * peer (the reuse argument above), so two slots per connection suffice and a
+ * post waits only for the transport to move earlier sends.
+ *
  * Results. Reductions run in rank order 0..n-1 on every rank, so every rank
  * gets the same bits. Float avg and premulsum scale each rank's contribution
  * once, by its own rank, before it is pushed (the reduction's "pre" rule). */
@@ -64,6 +79,7 @@ struct plait_fast {
      * runs ahead of the others by a FIFO's worth of calls, where this path
      * makes every call wait for every rank to be scheduled. */
     int fits_cores;
+    int msg;    /* over connections (comm->fast_msg): rx and tx are unused */
     char **rx;  /* [writer]: the writer's two boxes in this rank's segment (NULL for itself) */
     char **tx;  /* [reader]: this rank's two boxes in the reader's segment (NULL for itself) */
     /* This rank's contribution when it cannot be read from the user's buffer
@@ -91,10 +107,18 @@ size_t plait_fast_region_bytes(const struct plait_comm *comm, int t)
     return (size_t)comm->nranks * 2 * BOX_BYTES;
 }
 
-/* Whether the host has a core per rank, by a count every rank agrees on: the
- * cores of the host's graph when every rank sees the same graph. */
+/* Whether every host has a core per rank on it, by a count every rank agrees
+ * on: the cores of the host's graph when every rank sees the same graph. */
 static int fits_cores(const struct plait_comm *comm)
 {
+    int most = 0; /* ranks on the fullest host */
+    for (int r = 0; r < comm->nranks; r++) {
+        int on = 0;
+        for (int q = 0; q < comm->nranks; q++)
+            on += comm->ranks[q].host_index == comm->ranks[r].host_index;
+        if (on > most)
+            most = on;
+    }
     if (!comm->topo)
         return 0;
     for (int r = 0; r < comm->nranks; r++)
@@ -109,7 +133,7 @@ static int fits_cores(const struct plait_comm *comm)
             return 0; /* unknown */
         cores += node->cpu.ncores;
     }
-    return cores >= comm->nranks;
+    return cores >= most;
 }
 
 void plait_fast_attach(struct plait_comm *comm, char *const *boxes)
@@ -138,6 +162,36 @@ void plait_fast_attach(struct plait_comm *comm, char *const *boxes)
     PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
                "rank %d: small-message path on (%d ranks, up to %d bytes per rank pair; broadcast and reduce %s)", me,
                n, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
+}
+
+int plait_fast_msg_wanted(const struct plait_comm *comm)
+{
+    const int n = comm->nranks;
+    if (n < 2 || n > PLAIT_FAST_MAX_RANKS || comm->set.proto == PLAIT_PROTO_SIMPLE)
+        return 0;
+    if (comm->set.nslots < 2 || comm->set.slot_bytes < BOX_HDR + PLAIT_FAST_MAX_BYTES)
+        return 0;
+    /* boxes where one transport holding a region joins every pair */
+    struct plait_tp_info info;
+    plait_comm_pair_info(comm, 0, 1, &info);
+    return !(info.region && all_pairs_on(comm, plait_comm_pair_tp(comm, 0, 1)));
+}
+
+void plait_fast_attach_msg(struct plait_comm *comm)
+{
+    struct plait_fast *f = NULL;
+    if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0)
+        return;
+    memset(f, 0, sizeof(*f));
+    f->msg = 1;
+    /* Every rank's host has a core per rank of it: a rank's wait here is its
+     * peers being scheduled, as with boxes. */
+    f->fits_cores = fits_cores(comm);
+    comm->fast = f;
+    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+               "rank %d: small-message path on over connections (%d ranks, up to %d bytes per rank pair, one message "
+               "per peer; broadcast and reduce %s)",
+               comm->rank, comm->nranks, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
 }
 
 void plait_fast_detach(struct plait_comm *comm)
@@ -220,10 +274,9 @@ void plait_fast_prepare(struct plait_op *op, size_t bytes, int dtype, int redop)
 /* Pushes this rank's blocks into its peers' boxes. The stash is the
  * communicator's, so it is filled here, when the op runs (its calls run one at
  * a time), not when it is issued (a group may issue several). */
-static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
+static void prepare_own(struct plait_op *op, struct plait_fast *f)
 {
-    const struct plait_comm *comm = op->comm;
-    const int n = comm->nranks, me = comm->rank;
+    const int me = op->comm->rank;
     const size_t bytes = op->fast_bytes;
     const int pre = needs_pre(op);
     const char *own = block_for(op, me);
@@ -238,18 +291,46 @@ static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
         own = f->stash;
     }
     op->fast_own = own;
+}
+
+/* Writes what this rank sends peer p after a box's or message's tag; returns
+ * its bytes (0: the tag alone). */
+static size_t fill_for(const struct plait_op *op, int p, char *data)
+{
+    const size_t bytes = op->fast_bytes;
+    if (!bytes || !sends_data_to(op, p))
+        return 0;
+    if (op->coll == PLAIT_COLL_ALLREDUCE || op->coll == PLAIT_COLL_REDUCE)
+        memcpy(data, op->fast_own, bytes);
+    else if (needs_pre(op))
+        plait_reduce_apply(&op->red, data, block_for(op, p), NULL, (size_t)op->args.count, PLAIT_RED_PRE);
+    else
+        memcpy(data, block_for(op, p), bytes);
+    return bytes;
+}
+
+/* Bytes of data (after the tag) that peer k sends this rank. */
+static size_t data_from(const struct plait_op *op, int k)
+{
+    const int me = op->comm->rank, root = op->args.root;
+    if (!op->fast_bytes || op->coll == PLAIT_COLL_BARRIER)
+        return 0;
+    if (op->coll == PLAIT_COLL_BROADCAST)
+        return k == root ? op->fast_bytes : 0;
+    if (op->coll == PLAIT_COLL_REDUCE)
+        return me == root ? op->fast_bytes : 0;
+    return op->fast_bytes;
+}
+
+static void post(struct plait_op *op, struct plait_fast *f, size_t parity_off)
+{
+    const struct plait_comm *comm = op->comm;
+    const int n = comm->nranks, me = comm->rank;
+    prepare_own(op, f);
     for (int i = 1; i < n; i++) {
         const int p = (me + i) % n;
         char *box = f->tx[p] + parity_off;
-        if (bytes && sends_data_to(op, p)) {
-            if (op->coll == PLAIT_COLL_ALLREDUCE || op->coll == PLAIT_COLL_REDUCE)
-                memcpy(box + BOX_HDR, op->fast_own, bytes);
-            else if (pre)
-                plait_reduce_apply(&op->red, box + BOX_HDR, block_for(op, p), NULL, (size_t)op->args.count,
-                                   PLAIT_RED_PRE);
-            else
-                memcpy(box + BOX_HDR, block_for(op, p), bytes);
-        }
+        (void)fill_for(op, p, box + BOX_HDR);
         /* Publishes the data above to the reader's acquire of the tag. */
         __atomic_store_n((uint64_t *)box, op->fast_tag, __ATOMIC_RELEASE);
     }
@@ -317,6 +398,183 @@ static plait_result_t check_fifo_traffic(const struct plait_op *op, int peer)
     return PLAIT_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- over connections */
+
+static plait_result_t op_error(const struct plait_op *op, plait_result_t res)
+{
+    return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
+                               op->comm->rank);
+}
+
+/* The small-message connection with peer p: NULL while it is being made, or
+ * on failure (*err set). */
+static struct plait_conn *msg_conn(struct plait_comm *comm, int p, plait_result_t *err)
+{
+    struct plait_conn *c =
+        __atomic_load_n(&comm->conns[(size_t)p * (size_t)comm->ncls + (size_t)comm->nchannels], __ATOMIC_ACQUIRE);
+    if (c)
+        return c;
+    *err = plait_comm_conn_get(comm, p, comm->nchannels, &c);
+    return *err ? NULL : c;
+}
+
+/* Whether peer k is known gone (its process exited, or its transport saw
+ * its side close). */
+static int msg_peer_gone(const struct plait_comm *comm, int k, const struct plait_conn *c)
+{
+    return (c && plait_conn_peer_gone(c)) ||
+           (comm->peer_exited && __atomic_load_n(&comm->peer_exited[k], __ATOMIC_ACQUIRE));
+}
+
+/* The message waiting from c's peer (its size in *got), or NULL. Reads
+ * rx_consumed atomically: plait_fast_check_mismatch peeks from another lane. */
+static const char *msg_peek(const struct plait_conn *c, uint32_t *got)
+{
+    const uint64_t consumed = __atomic_load_n(&c->rx_consumed, __ATOMIC_RELAXED);
+    if (!plait_fifo_can_recv(plait_ld_acquire_u64(c->rx_tail), consumed))
+        return NULL;
+    const size_t i = plait_fifo_slot(consumed, c->nslots);
+    *got = c->rx_sizes[i];
+    return c->rx_slots + i * c->slot_bytes;
+}
+
+static void msg_release(struct plait_conn *c)
+{
+    const uint64_t next = c->rx_consumed + 1;
+    __atomic_store_n(&c->rx_consumed, next, __ATOMIC_RELAXED);
+    plait_st_release_u64(c->rx_head, next);
+}
+
+static plait_result_t msg_gone(const struct plait_op *op, int k)
+{
+    return op_error(op, plait_comm_peer_gone(op->comm, k,
+                                             op->coll == PLAIT_COLL_BARRIER
+                                                 ? "waiting for it to enter the barrier"
+                                                 : "waiting for its part on the small-message path"));
+}
+
+/* Nothing moved: the communicator's other connections still need their
+ * transports' progress (handshakes of connections peers make on first use,
+ * sends and receives of other classes: an eager send to this rank completes
+ * while it waits here; the mismatch check sees FIFO traffic). */
+static int blocked(const struct plait_op *op, plait_result_t *err)
+{
+    int flushed = 0;
+    if ((*err = plait_comm_transports_progress(op->comm, &flushed)) != PLAIT_SUCCESS) {
+        *err = op_error(op, *err);
+        return FAST_ERROR;
+    }
+    return FAST_BLOCKED;
+}
+
+static int msg_advance(struct plait_task *t, plait_result_t *err)
+{
+    struct plait_op *op = t->op;
+    struct plait_comm *comm = op->comm;
+    struct plait_fast *f = comm->fast;
+    const int n = comm->nranks, me = comm->rank;
+    const uint32_t everyone = (n >= 32 ? ~0u : (1u << n) - 1) & ~(1u << me);
+    int moved = 0;
+    if (!t->has_step) {
+        prepare_own(op, f);
+        t->has_step = 1;
+        t->fast_next = 0;
+        t->fast_sent = 0;
+        moved = 1;
+    }
+    /* Every peer's message first (in place, alltoall's blocks are then
+     * overwritten by what comes in). */
+    for (int i = 1; i < n && t->fast_sent != everyone; i++) {
+        const int p = (me + i) % n;
+        if (t->fast_sent & 1u << p)
+            continue;
+        plait_result_t e = PLAIT_SUCCESS;
+        struct plait_conn *c = msg_conn(comm, p, &e);
+        if (e) {
+            *err = op_error(op, e);
+            return FAST_ERROR;
+        }
+        if (!c) {
+            /* a same-host peer known gone makes no half of anything */
+            if (msg_peer_gone(comm, p, NULL)) {
+                *err = op_error(op, plait_comm_peer_gone(comm, p, "waiting for its side of a connection made on "
+                                                                  "first use"));
+                return FAST_ERROR;
+            }
+            continue;
+        }
+        char *slot = plait_conn_send_slot(c);
+        if (slot) {
+            const size_t len = BOX_HDR + fill_for(op, p, slot + BOX_HDR);
+            memcpy(slot, &op->fast_tag, BOX_HDR);
+            plait_conn_send_commit(c, (uint32_t)len);
+            t->fast_sent |= 1u << p;
+            moved = 1;
+        }
+        if (c->needs_progress && (e = plait_conn_progress(comm, c))) {
+            *err = op_error(op, e);
+            return FAST_ERROR;
+        }
+    }
+    if (t->fast_sent != everyone)
+        return moved ? FAST_PROGRESSED : blocked(op, err);
+    while (t->fast_next < n) {
+        const int k = t->fast_next;
+        if (k == me) {
+            consume(op, k, op->fast_own);
+            t->fast_next++;
+            moved = 1;
+            continue;
+        }
+        struct plait_conn *c =
+            comm->conns[(size_t)k * (size_t)comm->ncls + (size_t)comm->nchannels]; /* made: we sent on it */
+        plait_result_t e;
+        if (c->needs_progress && (e = plait_conn_progress(comm, c))) {
+            *err = op_error(op, e);
+            return FAST_ERROR;
+        }
+        uint32_t got = 0;
+        const char *slot = msg_peek(c, &got);
+        if (!slot) {
+            /* What a peer sent before it went is still taken: look again
+             * after seeing it gone. */
+            if (msg_peer_gone(comm, k, c) && !(slot = msg_peek(c, &got))) {
+                /* a peer that left after sending this collective through
+                 * its FIFOs called another one: say that, not only "gone" */
+                if ((*err = check_fifo_traffic(op, k)) == PLAIT_SUCCESS)
+                    *err = msg_gone(op, k);
+                return FAST_ERROR;
+            }
+            if (!slot) {
+                if ((++t->fast_polls & 1023) == 0 && (*err = check_fifo_traffic(op, k)) != PLAIT_SUCCESS)
+                    return FAST_ERROR;
+                return moved ? FAST_PROGRESSED : blocked(op, err);
+            }
+        }
+        uint64_t tag;
+        memcpy(&tag, slot, sizeof(tag));
+        const size_t want = BOX_HDR + data_from(op, k);
+        if (tag != op->fast_tag || got != want) {
+            char what[200];
+            snprintf(what, sizeof(what),
+                     "sent small-message call #%llu, collective #%llu (%u bytes) where this rank is in call #%llu, "
+                     "collective #%llu (%zu bytes)",
+                     (unsigned long long)(tag >> 32), (unsigned long long)(tag >> 20 & 0xfff),
+                     got > BOX_HDR ? got - BOX_HDR : 0, (unsigned long long)(op->fast_tag >> 32),
+                     (unsigned long long)(op->fast_tag >> 20 & 0xfff), want - BOX_HDR);
+            *err = mismatch(op, k, what);
+            return FAST_ERROR;
+        }
+        consume(op, k, slot + BOX_HDR);
+        msg_release(c);
+        t->fast_next++;
+        moved = 1;
+    }
+    return FAST_DONE;
+}
+
+/* ---------------------------------------------------------------- one pass */
+
 int plait_fast_advance(struct plait_task *t, plait_result_t *err)
 {
     struct plait_op *op = t->op;
@@ -325,6 +583,8 @@ int plait_fast_advance(struct plait_task *t, plait_result_t *err)
     const int n = comm->nranks, me = comm->rank;
     const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
     int moved = 0;
+    if (f->msg)
+        return msg_advance(t, err);
     if (!t->has_step) {
         post(op, f, parity_off);
         t->has_step = 1;
@@ -382,7 +642,18 @@ plait_result_t plait_fast_check_mismatch(const struct plait_op *op)
     for (int k = 0; k < comm->nranks; k++) {
         if (k == comm->rank)
             continue;
-        const uint64_t tag = __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE);
+        uint64_t tag;
+        if (f->msg) {
+            const struct plait_conn *c = __atomic_load_n(
+                &comm->conns[(size_t)k * (size_t)comm->ncls + (size_t)comm->nchannels], __ATOMIC_ACQUIRE);
+            uint32_t got;
+            const char *slot = c ? msg_peek(c, &got) : NULL;
+            if (!slot)
+                continue;
+            tag = __atomic_load_n((const uint64_t *)slot, __ATOMIC_RELAXED);
+        } else {
+            tag = __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE);
+        }
         if (tag >> 32 == (op->fast_seq & 0xffffffffull) && (tag >> 20 & 0xfff) == (op->coll_seq & 0xfff))
             return mismatch(op, k, "runs this collective on the small-message path (a smaller call?) while this "
                                    "rank runs it through the FIFOs");
@@ -398,6 +669,25 @@ void plait_fast_waits(const struct plait_task *t, struct plait_waits *w)
     if (!f || !t->has_step)
         return;
     const size_t parity_off = (size_t)(op->fast_seq & 1) * BOX_BYTES;
+    if (f->msg) {
+        const int everyone_sent = t->fast_sent == ((comm->nranks >= 32 ? ~0u : (1u << comm->nranks) - 1) &
+                                                   ~(1u << comm->rank));
+        for (int k = 0; k < comm->nranks; k++) {
+            if (k == comm->rank)
+                continue;
+            const struct plait_conn *c = __atomic_load_n(
+                &comm->conns[(size_t)k * (size_t)comm->ncls + (size_t)comm->nchannels], __ATOMIC_ACQUIRE);
+            uint32_t got;
+            if (!(t->fast_sent & 1u << k))
+                plait_waits_add(w, k, c ? "room for this rank's small-message part (it has not read the last ones)"
+                                        : "its side of the small-message connection (made on first use)");
+            else if (everyone_sent && k >= t->fast_next && !(c && msg_peek(c, &got)))
+                plait_waits_add(w, k,
+                                op->coll == PLAIT_COLL_BARRIER ? "its entry into the barrier"
+                                                               : "its part on the small-message path");
+        }
+        return;
+    }
     for (int k = t->fast_next; k < comm->nranks; k++)
         if (k != comm->rank &&
             __atomic_load_n((const uint64_t *)(f->rx[k] + parity_off), __ATOMIC_ACQUIRE) != op->fast_tag)

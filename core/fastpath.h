@@ -31,6 +31,16 @@ size_t plait_fast_region_bytes(const struct plait_comm *comm, int t);
  * of memory: the FIFO path is always there). */
 void plait_fast_attach(struct plait_comm *comm, char *const *boxes);
 
+/* Whether the communicator's small-message path runs over connections (the
+ * small-message class, comm->nchannels) instead of boxes: when no transport
+ * joins every pair with boxes (ranks on several hosts, or PLAIT_TRANSPORT=
+ * socket), 2 <= nranks <= PLAIT_FAST_MAX_RANKS, PLAIT_PROTO allows it and a
+ * slot holds a message. A pure function of what every rank knows. */
+int plait_fast_msg_wanted(const struct plait_comm *comm);
+
+/* Sets comm->fast for the path over connections (comm->fast_msg). */
+void plait_fast_attach_msg(struct plait_comm *comm);
+
 /* Frees comm->fast (before the segments go). */
 void plait_fast_detach(struct plait_comm *comm);
 

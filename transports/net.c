@@ -77,7 +77,7 @@ struct net_rank_info {
     int32_t has;        /* 1: this rank listens (it has net peers) */
     int32_t speed_mbps;
     float latency_us;
-    int32_t pad;
+    uint32_t ptr_support; /* the device's enum plait_net_ptr bits */
 };
 
 struct net_state;
@@ -209,6 +209,11 @@ static void net_query(const struct plait_tp_env *env, int a, int b, struct plait
             const float lat = ia->latency_us > ib->latency_us ? ia->latency_us : ib->latency_us;
             info->bw_GBps = mbps > 0 ? mbps / 8000.0 : 0;
             info->lat_us = lat > 0 ? lat : 0;
+            /* what both ends' devices take (the enums have the same bits) */
+            const uint32_t both = ia->ptr_support & ib->ptr_support;
+            info->device_mem = (both & PLAIT_NET_PTR_HOST ? PLAIT_TP_MEM_HOST : 0) |
+                               (both & PLAIT_NET_PTR_CUDA ? PLAIT_TP_MEM_CUDA : 0) |
+                               (both & PLAIT_NET_PTR_DMABUF ? PLAIT_TP_MEM_DMABUF : 0);
         }
         break;
     }
@@ -737,6 +742,7 @@ static plait_result_t provider_start(struct net_state *st, struct net_rank_info 
     mine->has = 1;
     mine->speed_mbps = st->props.speed_mbps;
     mine->latency_us = st->props.latency_us;
+    mine->ptr_support = st->props.ptr_support;
     return PLAIT_SUCCESS;
 }
 

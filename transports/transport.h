@@ -116,6 +116,18 @@ struct plait_tp_info {
     int host_mem_shared;  /* a connection's FIFO memory is host memory both ranks address (else it is
                            * staging that progress() moves: a GPU reaches it through the proxy) */
     int can_register;     /* reg() pins or registers memory (else registration is a no-op) */
+    unsigned device_mem;  /* enum plait_tp_mem bits: what memory the link itself could move from and
+                           * into (a net provider's ptr_support, agreed by both ranks); the core's
+                           * FIFOs are host memory whatever it says */
+};
+
+/* What memory a link can move directly (plait_tp_info.device_mem). Without
+ * PLAIT_TP_MEM_CUDA/DMABUF, device buffers are staged through host memory by
+ * the CUDA backend's proxy. */
+enum plait_tp_mem {
+    PLAIT_TP_MEM_HOST = 0x1,
+    PLAIT_TP_MEM_CUDA = 0x2,   /* CUDA device pointers (GPUDirect RDMA) */
+    PLAIT_TP_MEM_DMABUF = 0x4, /* device memory registered by DMA-BUF */
 };
 
 struct plait_transport {

@@ -1746,6 +1746,21 @@ static plait_result_t ll_time(const struct plait_model_machine *m, const struct 
     if (m->nranks > 1)
         t += (double)(m->nranks - 1) * (m->k.ll_alpha[e] + (double)pair_bytes * m->k.ll_beta[e]);
     t += (double)beyond * m->k.handoff;
+    /* Across hosts (fastpath.c, over connections): the messages to the
+     * other hosts' ranks leave at once, one network latency in all, and
+     * their bytes share the link one after another. */
+    if (m->nhosts > 1) {
+        int most_remote = 0;
+        for (int r = 0; r < m->nranks; r++) {
+            int remote = 0;
+            for (int q = 0; q < m->nranks; q++)
+                remote += m->host_of[q] != m->host_of[r];
+            if (remote > most_remote)
+                most_remote = remote;
+        }
+        const double beta = m->inter_bw > 0 ? 1.0 / m->inter_bw : m->k.beta[m->inter_link];
+        t += m->k.alpha[m->inter_link] + (double)most_remote * ((double)(pair_bytes + 8) * beta);
+    }
     *time_out = t;
     return PLAIT_SUCCESS;
 }

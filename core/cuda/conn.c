@@ -227,7 +227,7 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
         goto out;
 
     /* Connections. */
-    int nconn = 0;
+    int nconn = 0, logged_peer = -1;
     for (int p = 0; p < n; p++)
         for (int c = 0; c < ncls; c++) {
             struct plait_conn *hc = comm->conns[(size_t)p * ncls + c];
@@ -240,6 +240,22 @@ static plait_result_t setup_gpu(struct plait_comm *comm, struct plait_cuda_comm 
             dc->slot_bytes = (uint32_t)comm->set.slot_bytes;
             const int k = pair_kind(comm, access, me, p);
             if (k == PAIR_PROXY) {
+                if (p != logged_peer) {
+                    /* The link's own reach decides nothing yet: plait has no
+                     * direct device path (GPUDirect RDMA comes with verbs),
+                     * so device buffers are always staged; say which case. */
+                    struct plait_tp_info info;
+                    plait_comm_pair_info(comm, me, p, &info);
+                    char who[160];
+                    PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
+                               "rank %d: device buffers to and from %s are staged through host memory by the proxy "
+                               "(the %s link %s)",
+                               me, plait_peer_str(comm, p, who, sizeof(who)), plait_comm_transport_name(comm, p),
+                               info.device_mem & (PLAIT_TP_MEM_CUDA | PLAIT_TP_MEM_DMABUF)
+                                   ? "could move device memory directly; plait's direct path is not built yet"
+                                   : "moves host memory only");
+                    logged_peer = p;
+                }
                 if ((status = plait_cuda_proxy_conn(comm, hc, dc)))
                     goto out;
                 dc->peer = p;
