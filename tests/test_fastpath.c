@@ -214,7 +214,7 @@ Test(fastpath, kinds_shm_8, .timeout = 60)
     cr_assert_eq(kinds_with_ll(MR_SHM, 8, msg, sizeof(msg)), 0, "%s", msg);
 }
 
-/* Over TCP there are no boxes: the same calls run on the FIFO path. */
+/* Without the path (PLAIT_PROTO=simple): the same calls run on the FIFO path. */
 static int no_boxes(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t msglen)
 {
     (void)n;
@@ -227,10 +227,27 @@ static int no_boxes(plait_comm_t comm, int rank, int n, void *arg, char *msg, si
     return 0;
 }
 
-Test(fastpath, none_over_sockets, .timeout = 60)
+/* Over TCP there are no boxes: the path runs over connections, one message
+ * per peer on the small-message class (tests/test_fast_net.c has the rest). */
+static int by_messages(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t msglen)
+{
+    (void)n;
+    (void)arg;
+    const struct plait_comm *c = (const struct plait_comm *)comm;
+    if (!c->fast || !c->fast_msg)
+        FAILF("rank %d: no small-message path over connections (fast %p, fast_msg %d)", rank, (void *)c->fast,
+              c->fast_msg);
+    int32_t x = rank, y = 0;
+    CHECK(plait_allreduce(&x, &y, 1, PLAIT_INT32, PLAIT_SUM, comm, NULL));
+    if (fast_calls(comm) != 1 || y != 1)
+        FAILF("rank %d: %llu calls on the small-message path, sum %d", rank, (unsigned long long)fast_calls(comm), y);
+    return 0;
+}
+
+Test(fastpath, over_sockets_by_messages, .timeout = 60)
 {
     char msg[1024];
-    cr_assert_eq(mr_run(MR_SOCKET, 2, no_boxes, NULL, 40, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(mr_run(MR_SOCKET, 2, by_messages, NULL, 40, msg, sizeof(msg)), 0, "%s", msg);
 }
 
 Test(fastpath, proto_simple_turns_it_off, .timeout = 60)
