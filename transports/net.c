@@ -92,6 +92,10 @@ struct net_conn {
     int dialing;
     void *send_comm;
     void *recv_comm;
+    /* registrations (reg_mr: the provider may need them, as verbs does) */
+    void *tx_mh;             /* tx_mem on send_comm */
+    void *hello_mh;          /* hello on send_comm */
+    void *rx_mh;             /* rx_mem on recv_comm */
     struct net_hello hello;  /* ours, sent first on send_comm */
     void *hello_req;         /* its request until done */
     int hello_sent;          /* the hello is posted: the send comm carries data next */
@@ -120,7 +124,8 @@ struct net_conn {
 struct net_incoming {
     void *recv_comm;
     void *req;
-    struct net_hello hello;
+    void *mh;               /* hello's registration on recv_comm */
+    struct net_hello hello; /* the provider writes here until req is done: never moved */
     double deadline;
 };
 
@@ -138,7 +143,7 @@ struct net_state {
     struct net_conn **conns;    /* published connections */
     int nconns;                 /* release-stored: progress() reads it without the lock */
     int cap;
-    struct net_incoming *in;    /* [in_cap] */
+    struct net_incoming **in;   /* [in_cap], each allocated on its own (a posted receive points into it) */
     int nin, in_cap;
     int ndropped;
     char dropped[400];
@@ -228,14 +233,46 @@ static int joins(const struct plait_tp_env *env, int a, int b)
 
 /* ---------------------------------------------------------------- connections */
 
+/* Registers host memory on a comm; the error names what it was for. */
+static plait_result_t mr_reg(struct net_state *st, void *comm, void *data, size_t size, void **mh, const char *what)
+{
+    plait_result_t status = st->prov->reg_mr(comm, data, size, PLAIT_NET_PTR_HOST, mh);
+    if (status)
+        return plait_error_context(status, "net: registering %zu bytes of %s with provider %s", size, what,
+                                   st->prov->name);
+    return PLAIT_SUCCESS;
+}
+
+static uint32_t env_slots(const struct net_state *st)
+{
+    return st->env->nslots;
+}
+
+/* Closes a comm the listen comm gave us (its hello's registration first). */
+static void incoming_close(struct net_state *st, struct net_incoming *in)
+{
+    if (in->mh)
+        st->prov->dereg_mr(in->recv_comm, in->mh);
+    in->mh = NULL;
+    st->prov->close_recv(in->recv_comm);
+}
+
 static void conn_free(struct net_state *st, struct net_conn *c)
 {
     if (!c)
         return;
-    if (c->send_comm)
+    if (c->send_comm) {
+        if (c->tx_mh)
+            st->prov->dereg_mr(c->send_comm, c->tx_mh);
+        if (c->hello_mh)
+            st->prov->dereg_mr(c->send_comm, c->hello_mh);
         st->prov->close_send(c->send_comm);
-    if (c->recv_comm)
+    }
+    if (c->recv_comm) {
+        if (c->rx_mh)
+            st->prov->dereg_mr(c->recv_comm, c->rx_mh);
         st->prov->close_recv(c->recv_comm);
+    }
     free(c->tx_mem);
     free(c->rx_mem);
     free(c->tx_sizes);
@@ -317,12 +354,16 @@ static void dial_step(struct net_state *st, struct net_conn *c)
     if (!c->send_comm) {
         void *sc = NULL;
         status = st->prov->connect(st->pctx, NET_DEV, c->handle, &sc);
-        if (!status && sc)
+        if (!status && sc) {
             c->send_comm = sc;
+            status = mr_reg(st, sc, c->tx_mem, (size_t)env_slots(st) * st->env->slot_bytes, &c->tx_mh, "send slots");
+            if (!status)
+                status = mr_reg(st, sc, &c->hello, sizeof(c->hello), &c->hello_mh, "the hello");
+        }
     }
     if (!status && c->send_comm && !c->hello_req) {
         void *req = NULL;
-        status = st->prov->isend(c->send_comm, &c->hello, sizeof(c->hello), 0, NULL, &req);
+        status = st->prov->isend(c->send_comm, &c->hello, sizeof(c->hello), 0, c->hello_mh, &req);
         if (!status && req) {
             c->hello_req = req;
             c->hello_sent = 1;
@@ -382,17 +423,24 @@ static plait_result_t hello_done(struct net_state *st, struct net_incoming *in, 
 {
     char why[300];
     if (hello_problem(st, &in->hello, size, why, sizeof(why))) {
-        st->prov->close_recv(in->recv_comm);
+        incoming_close(st, in);
         drop_in(st, why);
         return PLAIT_SUCCESS;
     }
     struct net_conn *c = NULL;
     plait_result_t status = entry_get(st, in->hello.rank, in->hello.cls, &c);
+    void *rx_mh = NULL;
+    if (!status)
+        status = mr_reg(st, in->recv_comm, c->rx_mem, (size_t)env_slots(st) * st->env->slot_bytes, &rx_mh,
+                        "receive slots");
     if (status) {
-        st->prov->close_recv(in->recv_comm);
+        incoming_close(st, in);
         return status;
     }
+    st->prov->dereg_mr(in->recv_comm, in->mh);
+    in->mh = NULL;
     c->recv_comm = in->recv_comm;
+    c->rx_mh = rx_mh;
     dial_start(st, c);
     return PLAIT_SUCCESS;
 }
@@ -419,7 +467,7 @@ static plait_result_t handshakes(struct net_state *st)
         }
         if (st->nin == st->in_cap) {
             const int cap = st->in_cap ? 2 * st->in_cap : 8;
-            struct net_incoming *grown = realloc(st->in, sizeof(*grown) * (size_t)cap);
+            struct net_incoming **grown = realloc(st->in, sizeof(*grown) * (size_t)cap);
             if (!grown) {
                 st->prov->close_recv(rc);
                 return plait_error(PLAIT_ERR_SYSTEM, "net: out of memory");
@@ -427,21 +475,27 @@ static plait_result_t handshakes(struct net_state *st)
             st->in = grown;
             st->in_cap = cap;
         }
-        struct net_incoming *in = &st->in[st->nin++];
-        memset(in, 0, sizeof(*in));
+        struct net_incoming *in = calloc(1, sizeof(*in));
+        if (!in) {
+            st->prov->close_recv(rc);
+            return plait_error(PLAIT_ERR_SYSTEM, "net: out of memory");
+        }
+        st->in[st->nin++] = in;
         in->recv_comm = rc;
         in->deadline = plait_now() + (st->env->timeout_s > HS_IN_LIMIT_S ? st->env->timeout_s : HS_IN_LIMIT_S);
     }
     for (int i = 0; i < st->nin;) {
-        struct net_incoming *in = &st->in[i];
+        struct net_incoming *in = st->in[i];
         int done = 0;
         size_t size = 0;
         plait_result_t status = PLAIT_SUCCESS;
-        if (!in->req) {
+        if (!in->mh)
+            status = st->prov->reg_mr(in->recv_comm, &in->hello, sizeof(in->hello), PLAIT_NET_PTR_HOST, &in->mh);
+        if (!status && !in->req) {
             void *data = &in->hello;
             const size_t cap = sizeof(in->hello);
             const int tag = 0;
-            status = st->prov->irecv(in->recv_comm, 1, &data, &cap, &tag, NULL, &in->req);
+            status = st->prov->irecv(in->recv_comm, 1, &data, &cap, &tag, &in->mh, &in->req);
         }
         if (!status && in->req) {
             status = st->prov->test(in->req, &done, &size);
@@ -452,7 +506,7 @@ static plait_result_t handshakes(struct net_state *st)
         if (status) {
             char why[600];
             snprintf(why, sizeof(why), "its hello did not come: %s", plait_last_error_get());
-            st->prov->close_recv(in->recv_comm);
+            incoming_close(st, in);
             drop_in(st, why);
             remove = 1;
         } else if (done) {
@@ -461,11 +515,12 @@ static plait_result_t handshakes(struct net_state *st)
                 first = s;
             remove = 1;
         } else if (plait_now() > in->deadline) {
-            st->prov->close_recv(in->recv_comm);
+            incoming_close(st, in);
             drop_in(st, "no hello within the set-up limit");
             remove = 1;
         }
         if (remove) {
+            free(in);
             st->in[i] = st->in[--st->nin];
             continue;
         }
@@ -553,7 +608,7 @@ static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn
             return plait_error(PLAIT_ERR_INTERNAL, "net: a send slot of %u bytes to %s (slots hold %zu)", len,
                                c->peer_str, slot);
         void *req = NULL;
-        plait_result_t status = p->isend(c->send_comm, c->tx_mem + i * slot, len, 0, NULL, &req);
+        plait_result_t status = p->isend(c->send_comm, c->tx_mem + i * slot, len, 0, c->tx_mh, &req);
         if (status)
             return conn_fail(c, status, "sending to");
         if (!req)
@@ -584,7 +639,7 @@ static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn
         void *data = c->rx_mem + i * slot;
         const int tag = 0;
         void *req = NULL;
-        plait_result_t status = p->irecv(c->recv_comm, 1, &data, &slot, &tag, NULL, &req);
+        plait_result_t status = p->irecv(c->recv_comm, 1, &data, &slot, &tag, &c->rx_mh, &req);
         if (status)
             return rx_fail(c, status);
         if (!req)
@@ -677,8 +732,10 @@ static void net_fini(void *ctx)
     reg_remove(st);
     for (int i = 0; i < st->nentries; i++)
         conn_free(st, st->entries[i]);
-    for (int i = 0; i < st->nin; i++)
-        st->prov->close_recv(st->in[i].recv_comm);
+    for (int i = 0; i < st->nin; i++) {
+        incoming_close(st, st->in[i]);
+        free(st->in[i]);
+    }
     if (st->listen_comm)
         st->prov->close_listen(st->listen_comm);
     if (st->pctx)
@@ -692,10 +749,18 @@ static void net_fini(void *ctx)
     free(st);
 }
 
+static const struct plait_net_provider *test_provider; /* plait_net_provider_substitute */
+
+void plait_net_provider_substitute(const struct plait_net_provider *p)
+{
+    __atomic_store_n(&test_provider, p, __ATOMIC_RELEASE);
+}
+
 static const struct plait_net_provider *provider_named(const char *name)
 {
+    const struct plait_net_provider *t = __atomic_load_n(&test_provider, __ATOMIC_ACQUIRE);
     if (strcmp(name, "socket") == 0)
-        return &plait_net_socket;
+        return t ? t : &plait_net_socket;
     return NULL;
 }
 

@@ -8,4 +8,11 @@
 
 extern const struct plait_transport plait_transport_net; /* "net" */
 
+/* Tests only: communicators made after this call use p where their
+ * PLAIT_NET_PROVIDER names the Socket provider (NULL: the real one again).
+ * A test double wraps the Socket provider to check how the transport uses
+ * the interface (tests/test_net_transport.c: registrations). */
+struct plait_net_provider;
+void plait_net_provider_substitute(const struct plait_net_provider *p);
+
 #endif
