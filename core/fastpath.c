@@ -84,8 +84,32 @@ struct plait_fast {
     char **tx;  /* [reader]: this rank's two boxes in the reader's segment (NULL for itself) */
     /* This rank's contribution when it cannot be read from the user's buffer
      * during the call: scaled (avg, premulsum) or overwritten (in place). */
-    _Alignas(64) char stash[PLAIT_FAST_MAX_BYTES];
+    char *stash;      /* max_bytes, 64-byte aligned */
+    size_t max_bytes; /* per rank pair: PLAIT_FAST_MAX_BYTES (boxes), PLAIT_FAST_MSG_MAX_BYTES at most (messages) */
 };
+
+static struct plait_fast *fast_new(size_t max_bytes)
+{
+    struct plait_fast *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    if (posix_memalign((void **)&f->stash, 64, max_bytes) != 0) {
+        free(f);
+        return NULL;
+    }
+    f->max_bytes = max_bytes;
+    return f;
+}
+
+static void fast_free(struct plait_fast *f)
+{
+    if (!f)
+        return;
+    free(f->rx);
+    free(f->tx);
+    free(f->stash);
+    free(f);
+}
 
 static int all_pairs_on(const struct plait_comm *comm, int t)
 {
@@ -139,17 +163,14 @@ static int fits_cores(const struct plait_comm *comm)
 void plait_fast_attach(struct plait_comm *comm, char *const *boxes)
 {
     const int n = comm->nranks, me = comm->rank;
-    struct plait_fast *f = NULL;
-    if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0)
+    struct plait_fast *f = fast_new(PLAIT_FAST_MAX_BYTES);
+    if (!f)
         return;
-    memset(f, 0, sizeof(*f));
     f->fits_cores = fits_cores(comm);
     f->rx = calloc((size_t)n, sizeof(char *));
     f->tx = calloc((size_t)n, sizeof(char *));
     if (!f->rx || !f->tx) {
-        free(f->rx);
-        free(f->tx);
-        free(f);
+        fast_free(f);
         return;
     }
     for (int p = 0; p < n; p++) {
@@ -179,19 +200,22 @@ int plait_fast_msg_wanted(const struct plait_comm *comm)
 
 void plait_fast_attach_msg(struct plait_comm *comm)
 {
-    struct plait_fast *f = NULL;
-    if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0)
+    /* One slot per message: a message of up to a slot less its tag. */
+    size_t max = comm->set.slot_bytes - BOX_HDR;
+    if (max > PLAIT_FAST_MSG_MAX_BYTES)
+        max = PLAIT_FAST_MSG_MAX_BYTES;
+    struct plait_fast *f = fast_new(max);
+    if (!f)
         return;
-    memset(f, 0, sizeof(*f));
     f->msg = 1;
     /* Every rank's host has a core per rank of it: a rank's wait here is its
      * peers being scheduled, as with boxes. */
     f->fits_cores = fits_cores(comm);
     comm->fast = f;
     PLAIT_INFO(PLAIT_SUBSYS_TRANSPORT,
-               "rank %d: small-message path on over connections (%d ranks, up to %d bytes per rank pair, one message "
+               "rank %d: small-message path on over connections (%d ranks, up to %zu bytes per rank pair, one message "
                "per peer; broadcast and reduce %s)",
-               comm->rank, comm->nranks, PLAIT_FAST_MAX_BYTES, f->fits_cores ? "too" : "not: fewer cores than ranks");
+               comm->rank, comm->nranks, f->max_bytes, f->fits_cores ? "too" : "not: fewer cores than ranks");
 }
 
 void plait_fast_detach(struct plait_comm *comm)
@@ -200,9 +224,12 @@ void plait_fast_detach(struct plait_comm *comm)
     if (!f)
         return;
     comm->fast = NULL;
-    free(f->rx);
-    free(f->tx);
-    free(f);
+    fast_free(f);
+}
+
+size_t plait_fast_max_bytes(const struct plait_comm *comm)
+{
+    return comm->fast ? comm->fast->max_bytes : 0;
 }
 
 int plait_fast_eligible(const struct plait_comm *comm, int coll, size_t bytes)
@@ -216,10 +243,10 @@ int plait_fast_eligible(const struct plait_comm *comm, int coll, size_t bytes)
     case PLAIT_COLL_REDUCESCATTER:
     case PLAIT_COLL_ALLGATHER:
     case PLAIT_COLL_ALLTOALL:
-        return bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
+        return bytes > 0 && bytes <= comm->fast->max_bytes;
     case PLAIT_COLL_BROADCAST:
     case PLAIT_COLL_REDUCE:
-        return comm->fast->fits_cores && bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES;
+        return comm->fast->fits_cores && bytes > 0 && bytes <= comm->fast->max_bytes;
     default:
         return 0;
     }

@@ -41,6 +41,11 @@ int plait_fast_msg_wanted(const struct plait_comm *comm);
 /* Sets comm->fast for the path over connections (comm->fast_msg). */
 void plait_fast_attach_msg(struct plait_comm *comm);
 
+/* The most bytes per rank pair the communicator's path takes (0: none):
+ * PLAIT_FAST_MAX_BYTES with boxes; over connections a slot less the tag, at
+ * most PLAIT_FAST_MSG_MAX_BYTES (one message per peer stays one message). */
+size_t plait_fast_max_bytes(const struct plait_comm *comm);
+
 /* Frees comm->fast (before the segments go). */
 void plait_fast_detach(struct plait_comm *comm);
 

@@ -192,7 +192,7 @@ plait_result_t plait_tuner_init(struct plait_comm *comm)
         m->nics_per_host = 1;
         m->cores_per_host = cores;
         m->ll_ok = comm->fast != NULL && comm->set.proto != PLAIT_PROTO_SIMPLE;
-        m->ll_max_bytes = PLAIT_FAST_MAX_BYTES;
+        m->ll_max_bytes = plait_fast_max_bytes(comm);
         if (comm->ring_order && comm->ring_pos) {
             const size_t sz = sizeof(int32_t) * (size_t)comm->nchannels * (size_t)n;
             int32_t *order = malloc(sz), *pos = malloc(sz);
@@ -372,7 +372,7 @@ static int small_here(const struct plait_comm *comm, const struct plait_tuner *t
 {
     if (!t || !t->small_for[coll] || comm->set.proto == PLAIT_PROTO_SIMPLE)
         return 0;
-    return coll == PLAIT_COLL_BARRIER || (bytes > 0 && bytes <= PLAIT_FAST_MAX_BYTES);
+    return coll == PLAIT_COLL_BARRIER || (bytes > 0 && bytes <= plait_fast_max_bytes(comm));
 }
 
 /* 0, or PLAIT_ERR_SYSTEM when the model ran out of memory (nothing cached). */

@@ -6,9 +6,11 @@
  * connection to every peer carried exactly comm->fast_seq messages.
  *
  * Every collective the path runs x every type x every built-in op x in and
- * out of place x counts 1, 7 and the largest (PLAIT_FAST_MAX_BYTES per rank
- * pair) at 2, 3, 5 and 8 ranks; many calls in a row; calls inside a group
- * (the executor's lane) and beside point-to-point traffic; mismatched calls;
+ * out of place x counts 1, 7 and the largest the path takes (a slot less the
+ * tag, at most PLAIT_FAST_MSG_MAX_BYTES per rank pair) at 2, 3, 5 and 8
+ * ranks, whichever path the tuner picks for each; many calls in a row; calls
+ * inside a group (the executor's lane) and beside point-to-point traffic;
+ * mismatched calls;
  * PLAIT_PROTO=simple; a killed peer. */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -164,7 +166,12 @@ static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
     const struct matrix_arg *a = arg;
     const int some_types[] = {PLAIT_INT8, PLAIT_FLOAT32, PLAIT_FLOAT64, PLAIT_BFLOAT16};
     const int ntypes = a->all_types ? PLAIT_NUM_TYPES : 4;
-    const size_t maxbuf = (size_t)PLAIT_FAST_MAX_BYTES * (size_t)n;
+    const size_t maxb = plait_fast_max_bytes(comm);
+    if (maxb < PLAIT_FAST_MAX_BYTES || maxb > PLAIT_FAST_MSG_MAX_BYTES) {
+        snprintf(msg, len, "rank %d: the path takes %zu bytes per rank pair", rank, maxb);
+        return 1;
+    }
+    const size_t maxbuf = maxb * (size_t)n;
     char *sbuf = malloc(maxbuf), *rbuf = malloc(maxbuf);
     if (!sbuf || !rbuf) {
         free(sbuf);
@@ -177,7 +184,7 @@ static int matrix_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg,
     for (int coll = 0; coll < FC_COUNT && !bad; coll++)
         for (int ti = 0; ti < ntypes && !bad; ti++) {
             const int dtype = a->all_types ? ti : some_types[ti];
-            const size_t counts[] = {1, 7, PLAIT_FAST_MAX_BYTES / cc_size(dtype)};
+            const size_t counts[] = {1, 7, maxb / cc_size(dtype)};
             const int is_red = coll <= FC_REDUCESCATTER;
             for (int op = 0; op < (is_red ? PLAIT_NUM_OPS : 1) && !bad; op++)
                 for (int ci = 0; ci < 3 && !bad; ci++)

@@ -69,6 +69,8 @@
  * it): at most this many ranks, this many bytes per rank pair. */
 #define PLAIT_FAST_MAX_RANKS 8
 #define PLAIT_FAST_MAX_BYTES 4096
+/* Over connections (between hosts): what one message per peer carries at most. */
+#define PLAIT_FAST_MSG_MAX_BYTES 65536
 
 /* Link classes, each with its own alpha and beta. */
 enum plait_model_link {
