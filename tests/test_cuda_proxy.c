@@ -21,6 +21,7 @@
 #include "core/cuda/kernel.h"
 #include "tests/cuda_double.h"
 #include "tests/harness.h"
+#include "transports/net.h"
 
 #define NR 2
 #define SLOTS_PER_LAUNCH 37 /* more than the FIFO depth: credit must flow back */
@@ -73,7 +74,7 @@ static void proxy_all(const struct plait_cu *cu, struct rank *rk)
         struct plait_conn *hc = c->conns[i];
         if (!hc || hc->peer == c->rank)
             continue;
-        cr_assert_eq(hc->tp, &plait_transport_tcp, "connection %d is not a socket one", i);
+        cr_assert_eq(hc->tp, &plait_transport_net, "connection %d is not a net one", i);
         cr_assert_lt(rk->nconns, 8);
         cr_assert_eq(plait_cuda_proxy_conn(c, hc, &rk->dc[rk->nconns]), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
         struct plait_dev_conn *dc = &rk->dc[rk->nconns];
