@@ -3,7 +3,7 @@
  * the pinned device FIFOs exactly as the kernel does (transports/transport.h's
  * protocol: data and size, then a release store of tail; head acquired before
  * a slot is reused), while the proxies move the slots over a real 2-rank
- * socket communicator (PLAIT_TRANSPORT=socket between threads). Runs on the
+ * communicator over the net transport (PLAIT_TRANSPORT=socket between threads). Runs on the
  * double, not a GPU: device memory is host memory, so the test reads the
  * device addresses the proxy gives the kernel directly. */
 #define _GNU_SOURCE
