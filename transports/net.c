@@ -511,8 +511,9 @@ static plait_result_t conn_malformed(struct net_conn *c)
     return plait_error(c->err, "%s", c->err_msg);
 }
 
-/* A receive failure: the peer's side is gone (REMOTE: closed, reset, or it
- * broke the stream), or ours failed. */
+/* A receive failure: the peer's side is gone (REMOTE: closed or reset, also
+ * in the middle of a message), what came broke the protocol (INTERNAL), or
+ * ours failed. */
 static plait_result_t rx_fail(struct net_conn *c, plait_result_t status)
 {
     if (status == PLAIT_ERR_INTERNAL)
@@ -722,8 +723,8 @@ static plait_result_t provider_start(struct net_state *st, struct net_rank_info 
     const struct plait_tp_env *env = st->env;
     const struct plait_net_provider *p = provider_named(env->net_provider);
     if (!p)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "net: PLAIT_NET_PROVIDER=\"%s\" names no provider (valid: socket)",
-                           env->net_provider);
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "net: PLAIT_NET_PROVIDER=\"%s\" names no provider (valid: socket)", env->net_provider);
     if (p->size < sizeof(*p) || p->version < PLAIT_NET_PROVIDER_VERSION)
         return plait_error(PLAIT_ERR_INTERNAL, "net: provider %s is version %u (size %zu), older than this transport",
                            p->name, p->version, p->size);
