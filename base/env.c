@@ -45,12 +45,13 @@ const struct plait_env_var plait_env_table[] = {
     {"PLAIT_COLL_TIMEOUT", NULL, "600",
      "Deadline in seconds for one collective or group; 0 = none. A healthy rank may be late (checkpoint I/O)."},
     {"PLAIT_TRANSPORT", NULL, "auto",
-     "auto: shared memory between processes of one host, in-process memory between threads of one process, TCP "
-     "between hosts; socket: TCP between every pair of distinct ranks."},
-    {"PLAIT_NET_PROVIDER", NULL, "",
-     "socket: connections between hosts (and every pair under PLAIT_TRANSPORT=socket) go through the net transport "
-     "over the Socket net provider (transports/net/socket.c) instead of the socket transport. Unset: the socket "
-     "transport. The same on every rank."},
+     "auto: shared memory between processes of one host, in-process memory between threads of one process, the net "
+     "transport (PLAIT_NET_PROVIDER: TCP) between hosts; socket: the net transport between every pair of distinct "
+     "ranks."},
+    {"PLAIT_NET_PROVIDER", NULL, "socket",
+     "The net provider of the net transport, which joins every pair of ranks on different hosts (and every pair "
+     "under PLAIT_TRANSPORT=socket): socket, TCP (transports/net/socket.c). Any other value is an error. The same on "
+     "every rank."},
     {"PLAIT_RUNTIME_CONNECT", "NCCL_RUNTIME_CONNECT", "1",
      "1: a communicator connects its ring neighbours at init and every other peer (other algorithms' peers, "
      "point-to-point peers) when a call first needs it; 0: every connection at init. The same on every rank."},

@@ -78,11 +78,8 @@ static void fill_env(struct plait_comm *comm, struct plait_tp_env *env)
     env->cma = comm->set.cma;
     env->cma_min_bytes = comm->set.cma_min_bytes;
     env->timeout_s = comm->set.timeout_s;
-    env->ifname = comm->set.ifname;
     env->net_provider = comm->set.net_provider;
-    env->abort_flag = &comm->abort_flag;
     env->secret = plait_bootstrap_secret(comm->bs);
-    env->bootstrap_fd = plait_bootstrap_next_fd(comm->bs);
     env->wanted = env_wanted;
     env->allgather = env_allgather;
     env->barrier = env_barrier;

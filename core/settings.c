@@ -161,10 +161,12 @@ plait_result_t plait_settings_load(struct plait_settings *s)
     if (res)
         return res;
     const char *np = plait_env_get("PLAIT_NET_PROVIDER");
+    /* The net provider between hosts: unset or empty is the default, socket
+     * (net layer II adds more). */
     if (np && *np && strcasecmp(np, "socket") != 0)
         return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
-                           "PLAIT_NET_PROVIDER=\"%s\" is unknown (valid: socket, or unset for the socket transport)", np);
-    snprintf(s->net_provider, sizeof(s->net_provider), "%s", np && *np ? "socket" : "");
+                           "PLAIT_NET_PROVIDER=\"%s\" is unknown (valid: socket, the default when unset)", np);
+    snprintf(s->net_provider, sizeof(s->net_provider), "%s", "socket");
     const char *ifn = plait_env_get("PLAIT_SOCKET_IFNAME");
     snprintf(s->ifname, sizeof(s->ifname), "%s", ifn ? ifn : "");
     if ((res = plait_env_number("PLAIT_CMA", &v, NULL)))

@@ -40,7 +40,7 @@ struct plait_settings {
     int is_max_channels_set; /* PLAIT_MAX_CTAS (or NCCL_MAX_CTAS) is set, possibly to 0 */
     int min_channels;       /* PLAIT_MIN_CTAS, 0 = unset */
     char ifname[128];       /* PLAIT_SOCKET_IFNAME */
-    char net_provider[32];  /* (agreed) PLAIT_NET_PROVIDER: "" the socket transport, "socket" the net transport over the Socket provider */
+    char net_provider[32];  /* (agreed) PLAIT_NET_PROVIDER: "socket" (the default): the net transport's provider */
     char hostid[256];       /* PLAIT_HOSTID, or hostname + network namespace */
     int cma;                /* (agreed) enum plait_cma_setting (PLAIT_CMA) */
     uint64_t cma_min_bytes; /* smallest step published as a descriptor to another process (UINT64_MAX: none) */

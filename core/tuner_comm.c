@@ -122,8 +122,8 @@ plait_result_t plait_tuner_prepare(struct plait_comm *comm)
 /* The network's figures: a constants file (PLAIT_TUNE_CONSTANTS, from
  * plait-tune --calibrate) wins; without one, what the net transport's
  * provider says of the link between hosts (its query: agreed by every rank)
- * replaces the built-in socket constants; the socket transport says nothing
- * and the built-in constants stay. */
+ * replaces the built-in socket constants (a provider that says nothing, 0,
+ * leaves them). */
 static void net_figures(const struct plait_comm *comm, struct plait_tuner *t)
 {
     if (t->consts_path[0])

@@ -4,8 +4,9 @@
 Every folder of C code is a layer; a file may include its own layer and the
 layers below it, and nothing above, except the upward edges named in ALLOWED
 (each with the reason it still exists; none today). No code outside
-transports/ (and tests/) names a particular transport (PLAIT_TP_*,
-plait_transport_shm/inproc/tcp). Every quoted include is a path from
+transports/ (and tests/) names a particular transport
+(PLAIT_TP_*, plait_transport_shm/inproc/net, or the tests' socket hooks
+plait_net_conn_fd and plait_net_socket_comm_fd). Every quoted include is a path from
 the repository root ("base/log.h") that names an existing file, except the
 public header "plait.h" (include/), the configured "plait_config.h" and
 headers generated into the build folder. A folder of SUBLAYERS (transports/net)
@@ -50,7 +51,8 @@ ALLOWED = {
 # A transport is reached through its ops table (transports/transport.h): no
 # code outside transports/ names a particular one. tests/ may (they check
 # which transport a connection got).
-TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|TCP|COUNT)|plait_transport_(shm|inproc|tcp|net)|plait_tcp_conn_fd)\b")
+TRANSPORT_ID = re.compile(r"\b(PLAIT_TP_(INPROC|SHM|NET|COUNT)|plait_transport_(shm|inproc|net)|plait_net_conn_fd"
+                          r"|plait_net_socket_comm_fd)\b")
 TRANSPORT_ID_FREE = ("transports", "tests")
 # Folders inside a layer that may include less than the rest of it: each may
 # include itself, the public header and the layers named here, nothing else
@@ -159,7 +161,8 @@ def self_test():
             ("src/planted.c", '#include "plait.h"\n', "is not a layer"),
             ("tools/planted.c", '#include "perf/common.h"\n', "from the layer above"),
             ("core/planted3.c", 'int f(const void *t) { return t == &plait_transport_shm; }\n', "outside transports/"),
-            ("compat/planted.c", 'int g(int t) { return t == PLAIT_TP_TCP; }\n', "outside transports/"),
+            ("compat/planted.c", 'int g(const void *c) { return plait_net_conn_fd(c, 1); }\n', "outside transports/"),
+            ("core/planted4.c", 'int h(const void *c) { return plait_net_socket_comm_fd(c); }\n', "outside transports/"),
             ("transports/net/planted.c", '#include "transports/transport.h"\n', "may include only itself"),
             ("transports/net/planted2.c", '#include "core/comm.h"\n', "may include only itself"),
             ("transports/net/planted3.c", '#include "topology/topo.h"\n', "may include only itself"),

@@ -49,8 +49,9 @@ static int first_use_rank(plait_comm_t comm, int rank, int n, void *arg, char *m
                      want ? "missing" : "made (expected on first use)");
         }
     const int at_init = plait_comm_conns_made(comm);
-    /* 16 KiB per peer: past the small-message path, which needs no connection */
-    enum { PER = 4096 };
+    /* 128 KiB per peer: past the small-message path (boxes: 4 KiB; over
+     * connections, its own class: 64 KiB at most) */
+    enum { PER = 32768 };
     int32_t *s = malloc(sizeof(int32_t) * PER * (size_t)n), *r = malloc(sizeof(int32_t) * PER * (size_t)n);
     for (int i = 0; i < PER * n; i++)
         s[i] = rank * 100000 + i;

@@ -3,7 +3,7 @@
  * the pinned device FIFOs exactly as the kernel does (transports/transport.h's
  * protocol: data and size, then a release store of tail; head acquired before
  * a slot is reused), while the proxies move the slots over a real 2-rank
- * socket communicator (PLAIT_TRANSPORT=socket between threads). Runs on the
+ * communicator over the net transport (PLAIT_TRANSPORT=socket between threads). Runs on the
  * double, not a GPU: device memory is host memory, so the test reads the
  * device addresses the proxy gives the kernel directly. */
 #define _GNU_SOURCE
@@ -21,6 +21,7 @@
 #include "core/cuda/kernel.h"
 #include "tests/cuda_double.h"
 #include "tests/harness.h"
+#include "transports/net.h"
 
 #define NR 2
 #define SLOTS_PER_LAUNCH 37 /* more than the FIFO depth: credit must flow back */
@@ -73,7 +74,7 @@ static void proxy_all(const struct plait_cu *cu, struct rank *rk)
         struct plait_conn *hc = c->conns[i];
         if (!hc || hc->peer == c->rank)
             continue;
-        cr_assert_eq(hc->tp, &plait_transport_tcp, "connection %d is not a socket one", i);
+        cr_assert_eq(hc->tp, &plait_transport_net, "connection %d is not a net one", i);
         cr_assert_lt(rk->nconns, 8);
         cr_assert_eq(plait_cuda_proxy_conn(c, hc, &rk->dc[rk->nconns]), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
         struct plait_dev_conn *dc = &rk->dc[rk->nconns];

@@ -31,8 +31,9 @@ Test(info_tool, build_features_are_true)
         cr_expect(strstr(r.out, "device kernels: none (built without nvcc)") != NULL,
                   "built without nvcc, but plait-info does not say there are no device kernels:\n%.600s", r.out);
     }
-    /* UCX and ibverbs are only detected: no transport uses them. */
-    cr_expect(strstr(r.out, "transports: shm, inproc, socket (TCP); no UCX or InfiniBand transport yet") != NULL,
+    /* UCX and ibverbs are only detected: no net provider uses them. */
+    cr_expect(strstr(r.out, "transports: shm, inproc, net (net providers: socket, TCP); no UCX or InfiniBand "
+                            "provider yet") != NULL,
               "the transports line is not the transports plait has:\n%.600s", r.out);
     run_free(&r);
 }

@@ -486,11 +486,11 @@ Test(net_socket, grouped_irecv_and_tags, .timeout = 60)
     cr_assert_eq(P->irecv(p.recv, 1, one, c1, t3, NULL, &rreq), PLAIT_SUCCESS);
     cr_assert_eq(P->isend(p.send, x, 4, 2, NULL, &s1), PLAIT_SUCCESS);
     cr_assert_eq(wait_req(s1, NULL, 10), PLAIT_SUCCESS);
-    cr_assert_eq(wait_req(rreq, NULL, 10), PLAIT_ERR_REMOTE);
+    cr_assert_eq(wait_req(rreq, NULL, 10), PLAIT_ERR_INTERNAL);
     cr_assert(strstr(plait_last_error_get(), "tag 2") && strstr(plait_last_error_get(), "127.0.0.1:"), "%s",
               plait_last_error_get());
     /* The failed comm stays failed, with the same message. */
-    cr_assert_eq(P->irecv(p.recv, 1, one, c1, t3, NULL, &rreq), PLAIT_ERR_REMOTE);
+    cr_assert_eq(P->irecv(p.recv, 1, one, c1, t3, NULL, &rreq), PLAIT_ERR_INTERNAL);
     cr_assert(strstr(plait_last_error_get(), "tag 2"), "%s", plait_last_error_get());
     for (int i = 0; i < N; i++) {
         free(sb[i]);
@@ -572,7 +572,7 @@ Test(net_socket, truncation_names_the_peer, .timeout = 60)
         int tag[1] = {3};
         cr_assert_eq(P->irecv(p.recv, 1, rd, cap, tag, NULL, &rreq), PLAIT_SUCCESS);
         cr_assert_eq(P->isend(p.send, s, sizes[k], 3, NULL, &sreq), PLAIT_SUCCESS);
-        cr_assert_eq(wait_req(rreq, NULL, 20), PLAIT_ERR_REMOTE);
+        cr_assert_eq(wait_req(rreq, NULL, 20), PLAIT_ERR_INTERNAL);
         const char *e = plait_last_error_get();
         cr_assert(strstr(e, "truncated") && strstr(e, "127.0.0.1:"), "%s", e);
         char n[32];
@@ -686,7 +686,7 @@ Test(net_socket, garbage_after_handshake_names_the_peer, .timeout = 60)
         raw_send(f.fds[0], junk, sizeof(junk));
         plait_result_t st;
         const char *e = recv_error(&p, 100, 0, &st);
-        cr_assert_eq(st, PLAIT_ERR_REMOTE);
+        cr_assert_eq(st, PLAIT_ERR_INTERNAL);
         cr_assert(strstr(e, "malformed") && strstr(e, "bad magic") && strstr(e, prefix), "%s", e);
         fake_pair_close(&p, &f);
     }
@@ -700,7 +700,7 @@ Test(net_socket, garbage_after_handshake_names_the_peer, .timeout = 60)
         raw_send(f.fds[0], h, sizeof(h));
         plait_result_t st;
         const char *e = recv_error(&p, 100, 0, &st);
-        cr_assert(st == PLAIT_ERR_REMOTE && strstr(e, "message number 5 where 0 was due"), "%s", e);
+        cr_assert(st == PLAIT_ERR_INTERNAL && strstr(e, "message number 5 where 0 was due"), "%s", e);
         fake_pair_close(&p, &f);
     }
     /* Inline flag where the size needs pieces, and unknown flags. */
@@ -713,7 +713,7 @@ Test(net_socket, garbage_after_handshake_names_the_peer, .timeout = 60)
         raw_send(f.fds[0], h, sizeof(h));
         plait_result_t st;
         const char *e = recv_error(&p, 1u << 20, 0, &st);
-        cr_assert(st == PLAIT_ERR_REMOTE && strstr(e, "flags"), "%s", e);
+        cr_assert(st == PLAIT_ERR_INTERNAL && strstr(e, "flags"), "%s", e);
         fake_pair_close(&p, &f);
     }
     /* A huge size (no allocation, no write: refused from the header). */
@@ -726,7 +726,7 @@ Test(net_socket, garbage_after_handshake_names_the_peer, .timeout = 60)
         raw_send(f.fds[0], h, sizeof(h));
         plait_result_t st;
         const char *e = recv_error(&p, 100, 0, &st);
-        cr_assert(st == PLAIT_ERR_REMOTE && strstr(e, prefix), "%s", e);
+        cr_assert(st == PLAIT_ERR_INTERNAL && strstr(e, prefix), "%s", e);
         fake_pair_close(&p, &f);
     }
     /* A valid large header, then a piece header that lies on a data socket. */
@@ -741,7 +741,7 @@ Test(net_socket, garbage_after_handshake_names_the_peer, .timeout = 60)
         raw_send(f.fds[1], ph, sizeof(ph));
         plait_result_t st;
         const char *e = recv_error(&p, 100000, 0, &st);
-        cr_assert(st == PLAIT_ERR_REMOTE && strstr(e, "malformed piece header") && strstr(e, prefix), "%s", e);
+        cr_assert(st == PLAIT_ERR_INTERNAL && strstr(e, "malformed piece header") && strstr(e, prefix), "%s", e);
         fake_pair_close(&p, &f);
     }
 }

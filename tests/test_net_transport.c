@@ -1,9 +1,11 @@
 /* The net transport (transports/net.c) through the public API: with
- * PLAIT_NET_PROVIDER=socket and PLAIT_TRANSPORT=socket every pair of ranks of
- * one host uses it over the Socket provider (on loopback here). Collectives
+ * PLAIT_TRANSPORT=socket every pair of ranks of one host uses it over the
+ * Socket provider (on loopback here; PLAIT_NET_PROVIDER=socket, as a user may
+ * say, in most tests, and unset or empty in the default_* ones, where ranks
+ * on different hosts (PLAIT_HOSTID) use it without being forced). Collectives
  * at 2, 3 and 5 ranks, point-to-point, an eager send before a collective, a
  * killed peer; each rank checks (core/comm.h) that its connections are the
- * net transport's. */
+ * net transport's; an unknown provider is an error naming the variable. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -564,11 +566,8 @@ static void fake_setup(struct fake_world *w, struct fake_rank r[2])
         e->nslots = 4;
         e->slot_bytes = 4096;
         e->timeout_s = 30;
-        e->ifname = "lo";
         e->net_provider = "socket";
-        e->abort_flag = &w->abort_flag;
         e->secret = w->secret;
-        e->bootstrap_fd = -1;
         e->wanted = fake_wanted;
         e->allgather = fake_allgather;
         e->barrier = fake_barrier;
@@ -720,6 +719,201 @@ Test(net_transport, hello_checked, .timeout = 120)
     for (int i = 0; i < nforged; i++)
         plait_net_socket.close_send(forged[i]);
     plait_net_socket.finalize(pctx);
+    plait_transport_net.fini(r[0].ctx);
+    plait_transport_net.fini(r[1].ctx);
+    free(w.gathered);
+    pthread_barrier_destroy(&w.bar);
+    cr_expect_eq(mr_count_fds(), fds0, "%d descriptors before, %d after", fds0, mr_count_fds());
+}
+
+/* ---------------------------------------------------------------- the default provider */
+
+/* One allreduce, then: every connection with another rank is net's, and
+ * there is one. */
+static int default_rank(plait_comm_t comm, int rank, int n, void *arg, char *msg, size_t len)
+{
+    (void)arg;
+    float x = (float)(rank + 1), sum = 0;
+    if (plait_allreduce(&x, &sum, 1, PLAIT_FLOAT32, PLAIT_SUM, comm, NULL))
+        FAIL("rank %d: the allreduce: %s", rank, plait_get_last_error(comm));
+    if (sum != (float)(n * (n + 1) / 2))
+        FAIL("rank %d: the allreduce gave %g", rank, (double)sum);
+    const int k = net_conns(comm, rank, msg, len);
+    if (k == 0)
+        FAIL("rank %d: no net connection", rank);
+    return k < 0;
+}
+
+/* PLAIT_TRANSPORT=socket with PLAIT_NET_PROVIDER unset, then empty: the net
+ * transport over the Socket provider. */
+Test(net_transport, default_provider_forced, .timeout = 150)
+{
+    unsetenv("PLAIT_NET_PROVIDER");
+    run(3, default_rank, NULL);
+    setenv("PLAIT_NET_PROVIDER", "", 1);
+    run(2, default_rank, NULL);
+}
+
+/* Ranks 0, 1 on one host and 2, 3 on another (PLAIT_HOSTID), nothing forced
+ * and no PLAIT_NET_PROVIDER: the pairs of one host use shared memory, the
+ * others the net transport. */
+static int hosts_child(struct mr_child *c, void *arg)
+{
+    (void)arg;
+    setenv("PLAIT_HOSTID", c->rank < 2 ? "net-default-a" : "net-default-b", 1);
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
+        return 1;
+    char *msg = c->msg;
+    const size_t len = c->msglen;
+    const int rank = c->rank;
+    int bad = 0;
+    /* a ring and every pair: connections with both hosts' ranks */
+    int32_t out[4], in[4] = {-1, -1, -1, -1};
+    for (int q = 0; q < 4; q++)
+        out[q] = rank * 10 + q;
+    plait_group_start();
+    for (int q = 0; q < 4; q++) {
+        plait_send(&out[q], 1, PLAIT_INT32, q, comm, NULL);
+        plait_recv(&in[q], 1, PLAIT_INT32, q, comm, NULL);
+    }
+    if (plait_group_end()) {
+        snprintf(msg, len, "rank %d: all pairs: %s", rank, plait_get_last_error(comm));
+        bad = 1;
+    }
+    for (int q = 0; q < 4 && !bad; q++)
+        if (in[q] != q * 10 + rank) {
+            snprintf(msg, len, "rank %d: from rank %d got %d", rank, q, in[q]);
+            bad = 1;
+        }
+    int nnet = 0;
+    for (int i = 0; i < comm->nranks * comm->ncls && !bad; i++) {
+        const struct plait_conn *k = __atomic_load_n(&comm->conns[i], __ATOMIC_ACQUIRE);
+        if (!k || k->peer == rank)
+            continue;
+        const int other_host = (k->peer < 2) != (rank < 2);
+        if (other_host != (k->tp == &plait_transport_net)) {
+            snprintf(msg, len, "rank %d: the connection with rank %d (%s host) is the %s transport's", rank, k->peer,
+                     other_host ? "the other" : "its own", k->tp->name);
+            bad = 1;
+        }
+        nnet += other_host;
+    }
+    if (!bad && nnet == 0) {
+        snprintf(msg, len, "rank %d: no connection with the other host", rank);
+        bad = 1;
+    }
+    plait_comm_destroy(comm);
+    return bad;
+}
+
+Test(net_transport, default_provider_between_hosts, .timeout = 150)
+{
+    unsetenv("PLAIT_NET_PROVIDER");
+    unsetenv("PLAIT_TRANSPORT");
+    char msg[2048];
+    struct mr_procs *p = mr_procs_start(4, hosts_child, NULL, 0, 0, msg, sizeof(msg));
+    cr_assert_not_null(p, "%s", msg);
+    const int failed = mr_procs_join(p, 120, msg, sizeof(msg));
+    mr_procs_free(p);
+    cr_assert_eq(failed, 0, "%d ranks failed: %s", failed, msg);
+}
+
+/* A provider plait does not have: init fails at once, naming the variable,
+ * the value and the valid ones. */
+Test(net_transport, unknown_provider_is_an_error, .timeout = 30)
+{
+    plait_unique_id_t id;
+    cr_assert_eq(plait_get_unique_id(&id), PLAIT_SUCCESS, "%s", plait_get_last_error(NULL));
+    setenv("PLAIT_NET_PROVIDER", "ucx", 1);
+    plait_comm_t comm = NULL;
+    const plait_result_t res = plait_comm_init_rank(&comm, 1, id, 0);
+    const char *err = plait_get_last_error(NULL);
+    cr_expect_eq(res, PLAIT_ERR_INVALID_ARGUMENT, "init returned %s: %s", plait_get_error_string(res), err);
+    cr_expect(strstr(err, "PLAIT_NET_PROVIDER") && strstr(err, "ucx") && strstr(err, "valid: socket"), "%s", err);
+    if (res == PLAIT_SUCCESS)
+        plait_comm_destroy(comm);
+}
+
+/* ---------------------------------------------------------------- strangers, white box
+ *
+ * Strangers on rank 1's listen socket (the address in its handle: anyone on
+ * the network may connect there): text, a Socket hello with a wrong token, half
+ * a hello, and a socket that says nothing. The provider drops them (the net
+ * transport never sees them), and the expected peer still connects and its
+ * connection carries a slot each way; nothing is left open. */
+#include "base/net.h"
+#include "transports/net/socket_wire.h"
+
+static int stranger(const uint8_t *handle)
+{
+    union plait_sockaddr a;
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(handle[5], 4, "loopback handles are IPv4");
+    a.sin.sin_family = AF_INET;
+    memcpy(&a.sin.sin_port, handle + 8, 2);
+    memcpy(&a.sin.sin_addr, handle + 16, 4);
+    int fd = -1;
+    cr_assert_eq(plait_sock_connect(&a, plait_deadline(5), NULL, &fd), PLAIT_SUCCESS, "%s", plait_last_error_get());
+    return fd;
+}
+
+Test(net_transport, stranger_dropped, .timeout = 120)
+{
+    const int fds0 = mr_count_fds();
+    struct fake_world w;
+    struct fake_rank r[2];
+    fake_setup(&w, r);
+    cr_assert_eq(r[0].init_status, PLAIT_SUCCESS, "rank 0 init: %s", plait_last_error_get());
+    cr_assert_eq(r[1].init_status, PLAIT_SUCCESS, "rank 1 init");
+    int fds[4];
+    for (int i = 0; i < 4; i++)
+        fds[i] = stranger(w.handle1);
+    static const char text[] = "GET / HTTP/1.0\r\n\r\n0123456789012345678901234567890";
+    cr_assert_eq(plait_sock_send_all(fds[0], text, 48, plait_deadline(5), NULL), PLAIT_SUCCESS);
+    uint8_t token[SOCK_TOKEN_BYTES], hello[SOCK_HELLO_BYTES];
+    memcpy(token, w.handle1 + 32, sizeof(token));
+    token[0] ^= 1;
+    sock_hello_encode(hello, 0, 0, 12345, token);
+    cr_assert_eq(plait_sock_send_all(fds[1], hello, sizeof(hello), plait_deadline(5), NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_sock_send_all(fds[2], hello, 10, plait_deadline(5), NULL), PLAIT_SUCCESS);
+    /* fds[3] says nothing */
+    step_both(r, 0.3);
+    /* the text and the wrong token are closed by the listener */
+    for (int i = 0; i < 2; i++) {
+        char c;
+        cr_expect_eq(plait_sock_recv_all(fds[i], &c, 1, plait_deadline(5), NULL), PLAIT_ERR_REMOTE,
+                     "stranger %d was not dropped", i);
+    }
+    /* the expected peer still connects, while the silent strangers wait */
+    struct plait_conn *c[2] = {NULL, NULL};
+    cr_assert_eq(plait_transport_net.connect(r[0].ctx, 1, 0, 0, NULL), PLAIT_SUCCESS);
+    cr_assert_eq(plait_transport_net.connect(r[1].ctx, 0, 0, PLAIT_TP_BOTH_NOW, NULL), PLAIT_SUCCESS);
+    const double deadline = plait_deadline(20);
+    for (int i = 0; i < 2; i++) {
+        plait_result_t res;
+        while ((res = plait_transport_net.accept(r[i].ctx, 1 - i, 0, NULL, deadline, &c[i])) == PLAIT_IN_PROGRESS)
+            step_both(r, 0.001);
+        cr_assert_eq(res, PLAIT_SUCCESS, "rank %d accept: %s", i, plait_last_error_get());
+    }
+    for (int i = 0; i < 2; i++) {
+        char *slot = plait_conn_send_slot(c[i]);
+        cr_assert_not_null(slot);
+        memset(slot, 'x' + i, 100);
+        plait_conn_send_commit(c[i], 100);
+    }
+    for (int i = 0; i < 2; i++) {
+        uint32_t got = 0;
+        const char *in = NULL;
+        const double end = plait_now() + 20;
+        while (!(in = plait_conn_recv_slot(c[i], &got)) && plait_now() < end)
+            step_both(r, 0.001);
+        cr_assert_not_null(in, "rank %d received nothing", i);
+        cr_expect(got == 100 && in[0] == 'x' + (1 - i) && in[99] == 'x' + (1 - i));
+        plait_conn_recv_release(c[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
     plait_transport_net.fini(r[0].ctx);
     plait_transport_net.fini(r[1].ctx);
     free(w.gathered);

@@ -22,6 +22,8 @@
 
 #include "core/comm.h"
 #include "tests/harness.h"
+#include "transports/net.h"
+#include "transports/net/socket_wire.h"
 
 #define FAIL(...)                                                                                                  \
     do {                                                                                                           \
@@ -414,10 +416,11 @@ Test(peer_failure, stalled_peer_named_fifo_2, .timeout = 90)
 
 /* ------------------------------------------------------------------ malformed frames */
 
-/* Bytes on a socket connection that are no plait frame (here forged by the
- * peer itself on its own connection, after one good allreduce): the rank that
- * reads them fails at once, naming the peer and what was wrong with the frame
- * — not "rank 1 is gone" after PLAIT_BLAME_GRACE_S, since the peer is alive. */
+/* Bytes on a net connection that are no message of the Socket provider's
+ * (here forged by the peer itself on its own connection's control socket,
+ * after one good allreduce): the rank that reads them fails at once, naming
+ * the peer and what was wrong with the message — not "rank 1 is gone" after
+ * PLAIT_BLAME_GRACE_S, since the peer is alive. */
 struct forge_board {
     int first_done[2];
     int forged;
@@ -427,14 +430,21 @@ struct forge_board {
     char text[800];
 };
 
-#define PLAIT_FRAME_MAGIC 0x504c5431u /* transports/tcp.c's TCP_MAGIC ("PLT1") */
+/* The forged message header: its magic (0: the right one) and size. */
+struct forge_spec {
+    uint32_t magic;
+    uint64_t size;
+};
 
 static int forge_child(struct mr_child *c, void *arg)
 {
-    const uint32_t *hdr = arg; /* the forged 8-byte header */
+    const struct forge_spec *spec = arg;
     struct forge_board *b = c->shared;
     setenv("PLAIT_TRANSPORT", "socket", 1);
     setenv("PLAIT_COLL_TIMEOUT", "10", 1);
+    /* one data socket: the header's inline flag is the one due for its size */
+    setenv("PLAIT_SOCKET_NTHREADS", "1", 1);
+    setenv("PLAIT_NSOCKS_PERTHREAD", "1", 1);
     plait_comm_t comm = NULL;
     plait_result_t r = plait_comm_init_rank(&comm, c->nranks, c->id, c->rank);
     if (r)
@@ -449,15 +459,25 @@ static int forge_child(struct mr_child *c, void *arg)
     if (c->rank == 1) {
         if (wait_flag(&b->first_done[0], 30))
             FAIL("rank 0 did not finish the first allreduce within 30 s");
-        /* A header on every one of our connections to rank 0. */
+        /* A header on every one of our connections to rank 0, numbered as
+         * the next message of its send comm (the hello was message 0, then
+         * one per slot). */
         int forged = 0;
         for (int cls = 0; cls < comm->ncls; cls++) {
-            const int fd = plait_tcp_conn_fd(comm->conns[0 * comm->ncls + cls]);
-            if (fd >= 0 && send(fd, hdr, 2 * sizeof(uint32_t), MSG_NOSIGNAL) == (ssize_t)(2 * sizeof(uint32_t)))
+            const struct plait_conn *conn = comm->conns[0 * comm->ncls + cls];
+            const int fd = plait_net_conn_fd(conn, 1);
+            if (fd < 0)
+                continue;
+            uint8_t hdr[SOCK_MSG_BYTES];
+            sock_msg_encode(hdr, (uint32_t)(1 + conn->tx_posted), spec->size, 0,
+                            sock_msg_is_inline(spec->size, 1) ? SOCK_MSG_INLINE : 0);
+            if (spec->magic)
+                sock_put_u32(hdr, spec->magic);
+            if (send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL) == (ssize_t)sizeof(hdr))
                 forged++;
         }
         if (!forged)
-            FAIL("rank 1 found no socket connection to rank 0 to write on");
+            FAIL("rank 1 found no net connection to rank 0 to write on");
         __atomic_store_n(&b->forged, 1, __ATOMIC_RELEASE);
         wait_flag(&b->done, 40); /* alive while rank 0 reads the bytes */
         free(buf);
@@ -477,11 +497,11 @@ static int forge_child(struct mr_child *c, void *arg)
     return 0;
 }
 
-static void malformed_frame(uint32_t magic, uint32_t length, const char *expect)
+static void malformed_frame(uint32_t magic, uint64_t length, const char *expect)
 {
-    uint32_t hdr[2] = {magic, length};
+    struct forge_spec spec = {magic, length};
     char msg[1024];
-    struct mr_procs *p = mr_procs_start(2, forge_child, hdr, sizeof(struct forge_board), 0, msg, sizeof(msg));
+    struct mr_procs *p = mr_procs_start(2, forge_child, &spec, sizeof(struct forge_board), 0, msg, sizeof(msg));
     cr_assert_not_null(p, "%s", msg);
     struct forge_board *b = mr_procs_shared(p);
     wait_flag(&b->done, 60);
@@ -490,7 +510,7 @@ static void malformed_frame(uint32_t magic, uint32_t length, const char *expect)
     mr_procs_free(p);
     cr_expect_eq(failed, 0, "%d rank(s) failed: %s", failed, msg);
     cr_assert(rep.done, "rank 0 never returned from the allreduce after the forged frame");
-    cr_log_info("forged frame {0x%08x, %u}: rank 0 returned %s after %.3f s: %s", magic, length,
+    cr_log_info("forged header {0x%08x, %llu}: rank 0 returned %s after %.3f s: %s", magic, (unsigned long long)length,
                 plait_get_error_string((plait_result_t)rep.result), rep.took, rep.text);
     cr_expect_eq(rep.result, PLAIT_ERR_REMOTE, "rank 0 returned %s, expected PLAIT_ERR_REMOTE: %s",
                  plait_get_error_string((plait_result_t)rep.result), rep.text);
@@ -508,5 +528,5 @@ Test(peer_failure, malformed_frame_bad_magic_socket, .timeout = 90)
 
 Test(peer_failure, malformed_frame_oversized_socket, .timeout = 90)
 {
-    malformed_frame(PLAIT_FRAME_MAGIC, 0x7fffffffu, "a frame of 2147483647 bytes, larger than a slot");
+    malformed_frame(0, 0x7fffffffu, "is 2147483647 bytes, more than the");
 }

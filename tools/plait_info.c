@@ -64,8 +64,8 @@ int main(int argc, char **argv)
     else
         printf("  CUDA backend: yes (driver loaded at run time, PLAIT_CUDA); device kernels: none (built without "
                "nvcc): collectives on device buffers fail with an error, host buffers are unaffected\n");
-    printf("  transports: shm, inproc, socket (TCP); no UCX or InfiniBand transport yet (UCX %s, ibverbs %s at "
-           "build time)\n",
+    printf("  transports: shm, inproc, net (net providers: socket, TCP); no UCX or InfiniBand provider yet (UCX "
+           "%s, ibverbs %s at build time)\n",
            PLAIT_HAVE_UCX ? "found" : "absent", PLAIT_HAVE_IBVERBS ? "found" : "absent");
     printf("\nenvironment (PLAIT_ wins over its NCCL_ twin):\n");
     for (size_t i = 0; i < plait_env_table_len; i++) {

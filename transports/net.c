@@ -1,10 +1,11 @@
 /* The net transport: FIFO slots between hosts through a net provider
- * (transports/net/provider.h; today the Socket provider, plait_net_socket),
- * chosen by PLAIT_NET_PROVIDER=socket for the pairs of ranks on different
- * hosts (every pair of distinct ranks with PLAIT_TRANSPORT=socket).
+ * (transports/net/provider.h; today the Socket provider, plait_net_socket,
+ * the default of PLAIT_NET_PROVIDER), for every pair of ranks on different
+ * hosts (every pair of distinct ranks with PLAIT_TRANSPORT=socket): the only
+ * transport between hosts.
  *
  * The executor fills local staging send slots and drains local receive slots
- * exactly as with the socket transport (transports/tcp.c); progress() moves
+ * (the FIFO memory is this process's); progress() moves
  * them: each committed send slot becomes one isend() on the connection's send
  * comm, in order, up to the FIFO depth (and the provider's request limit) in
  * flight; the credit (tx_head) advances as they complete, in order. Each free
@@ -28,17 +29,20 @@
  * for a connection this rank has not asked for yet starts this rank's dial
  * back, so that both ends always dial (PLAIT_TP_BOTH_NOW changes nothing) and
  * an eager send completes while its peer is busy elsewhere: progress(ctx,
- * NULL) steps every handshake at most every HS_PERIOD (try-locked, as the
- * socket transport does).
+ * NULL) steps every handshake at most every HS_PERIOD (try-locked).
  *
  * Failures: a provider error on a send fails the connection with a message
  * naming the peer and the provider's message (sticky: every later progress
  * says it again); a PLAIT_ERR_REMOTE one also marks the peer gone. A
- * PLAIT_ERR_REMOTE on the receive side (the peer closed or broke its side)
+ * PLAIT_ERR_REMOTE on the receive side (the peer closed or reset its side)
  * marks the peer gone and stops receiving: what arrived before is still
  * consumed, and only a wait for more becomes an error (the core names the
- * rank that failed first), as with the socket transport's EOF. Nothing the
- * provider returns is trusted: sizes are checked against the slot. */
+ * rank that failed first). A PLAIT_ERR_INTERNAL on the receive side (what
+ * came broke the provider's protocol), or a message of a size no slot has,
+ * fails the connection at once with PLAIT_ERR_REMOTE ("a malformed message
+ * from" the peer, sticky), without calling the peer gone: it may be alive.
+ * Nothing the provider returns is trusted: sizes are checked against the
+ * slot. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +197,7 @@ static void reg_remove(struct net_state *st)
 
 static int net_can_join(const struct plait_tp_env *env, int a, int b)
 {
-    if (!env->net_provider || !env->net_provider[0] || a == b)
+    if (a == b)
         return 0;
     return env->ranks[a].host != env->ranks[b].host || env->force_net ? 15 : 0;
 }
@@ -553,10 +557,27 @@ static plait_result_t conn_fail(struct net_conn *c, plait_result_t status, const
     return plait_error(c->err, "%s", c->err_msg);
 }
 
-/* A receive failure: the peer's side is gone (REMOTE: closed, reset, or it
- * broke the stream), or ours failed. */
+/* What came from the peer broke the protocol (the last error says how): the
+ * connection fails for good with PLAIT_ERR_REMOTE (the peer's doing), but
+ * the peer is not called gone: it may be alive. */
+static plait_result_t conn_malformed(struct net_conn *c)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", plait_last_error_get());
+    snprintf(c->err_msg, sizeof(c->err_msg), "net: a malformed message from %s on class %d: %s", c->peer_str, c->cls,
+             msg);
+    c->err = PLAIT_ERR_REMOTE;
+    c->rx_dead = 1;
+    return plait_error(c->err, "%s", c->err_msg);
+}
+
+/* A receive failure: the peer's side is gone (REMOTE: closed or reset, also
+ * in the middle of a message), what came broke the protocol (INTERNAL), or
+ * ours failed. */
 static plait_result_t rx_fail(struct net_conn *c, plait_result_t status)
 {
+    if (status == PLAIT_ERR_INTERNAL)
+        return conn_malformed(c);
     if (status != PLAIT_ERR_REMOTE)
         return conn_fail(c, status, "receiving from");
     c->rx_dead = 1;
@@ -661,7 +682,7 @@ static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn
         c->rx_req[i] = NULL;
         if (size == 0 || size > slot) {
             plait_error(PLAIT_ERR_REMOTE, "a message of %zu bytes (slots hold %zu; 0 is never sent)", size, slot);
-            return conn_fail(c, PLAIT_ERR_INTERNAL, "a malformed message from");
+            return conn_malformed(c);
         }
         c->rx_sizes[i] = (uint32_t)size;
         __atomic_store_n(&c->rx_tail, c->rx_tail + 1, __ATOMIC_RELEASE);
@@ -756,10 +777,11 @@ void plait_net_provider_substitute(const struct plait_net_provider *p)
     __atomic_store_n(&test_provider, p, __ATOMIC_RELEASE);
 }
 
+/* PLAIT_NET_PROVIDER's value (core/settings.c checks it; "" is the default). */
 static const struct plait_net_provider *provider_named(const char *name)
 {
     const struct plait_net_provider *t = __atomic_load_n(&test_provider, __ATOMIC_ACQUIRE);
-    if (strcmp(name, "socket") == 0)
+    if (!name || !name[0] || strcmp(name, "socket") == 0)
         return t ? t : &plait_net_socket;
     return NULL;
 }
@@ -771,8 +793,8 @@ static plait_result_t provider_start(struct net_state *st, struct net_rank_info 
     const struct plait_tp_env *env = st->env;
     const struct plait_net_provider *p = provider_named(env->net_provider);
     if (!p)
-        return plait_error(PLAIT_ERR_INVALID_ARGUMENT, "net: PLAIT_NET_PROVIDER=%s names no provider (socket)",
-                           env->net_provider);
+        return plait_error(PLAIT_ERR_INVALID_ARGUMENT,
+                           "net: PLAIT_NET_PROVIDER=\"%s\" names no provider (valid: socket)", env->net_provider);
     if (p->size < sizeof(*p) || p->version < PLAIT_NET_PROVIDER_VERSION)
         return plait_error(PLAIT_ERR_INTERNAL, "net: provider %s is version %u (size %zu), older than this transport",
                            p->name, p->version, p->size);
@@ -816,11 +838,15 @@ static plait_result_t net_init(const struct plait_tp_env *env, void **ctx)
 {
     const int n = env->nranks, me = env->rank;
     *ctx = NULL;
-    /* agreed on every rank: unset, nothing is exchanged */
-    if (!env->net_provider || !env->net_provider[0])
-        return PLAIT_SUCCESS;
     if (n <= 0)
         return plait_error(PLAIT_ERR_INTERNAL, "net: %d ranks", n);
+    /* agreed on every rank (a pure function of env): a communicator of one
+     * host, not forced onto the network, exchanges nothing */
+    int any = env->force_net && n > 1;
+    for (int p = 1; p < n && !any; p++)
+        any = env->ranks[p].host != env->ranks[0].host;
+    if (!any)
+        return PLAIT_SUCCESS;
     if (env->nslots > NET_MAX_SLOTS || env->slot_bytes > UINT32_MAX / 2)
         return plait_error(PLAIT_ERR_INTERNAL, "net: %u slots of %zu bytes", env->nslots, env->slot_bytes);
     int nconns = 0;
@@ -936,6 +962,16 @@ static plait_result_t net_accept(void *ctx, int peer, int cls, const void *peer_
     }
     pthread_mutex_unlock(&st->hs_lock);
     return status;
+}
+
+int plait_net_conn_fd(const struct plait_conn *conn, int send)
+{
+    if (!conn || conn->tp != &plait_transport_net)
+        return -1;
+    const struct net_conn *c = (const struct net_conn *)conn;
+    if (c->st->prov != &plait_net_socket)
+        return -1;
+    return plait_net_socket_comm_fd(send ? c->send_comm : c->recv_comm);
 }
 
 const struct plait_transport plait_transport_net = {

@@ -6,7 +6,6 @@
 const struct plait_transport *const plait_transports[] = {
     &plait_transport_inproc,
     &plait_transport_shm,
-    &plait_transport_tcp,
     &plait_transport_net,
 };
 const int plait_ntransports = (int)(sizeof(plait_transports) / sizeof(plait_transports[0]));

@@ -12,9 +12,10 @@
  * Counters are 64-bit and monotonic, each on its own 64-byte line.
  *
  * For shm (other processes) and inproc (threads of one process) the FIFO memory
- * is shared and the executor works on the peer's memory directly. For tcp the
- * same FIFO logic runs on local staging memory, and the transport's progress()
- * moves slots over TCP and bumps the counters as if the peer had.
+ * is shared and the executor works on the peer's memory directly. For net
+ * (other hosts) the same FIFO logic runs on local staging memory, and the
+ * transport's progress() moves slots through a net provider and bumps the
+ * counters as if the peer had.
  *
  * This header knows nothing of algorithms. */
 #ifndef PLAIT_TRANSPORT_H
@@ -62,15 +63,12 @@ struct plait_tp_env {
     /* settings (agreed on every rank unless marked) */
     uint32_t nslots;        /* FIFO depth */
     size_t slot_bytes;      /* FIFO slot size */
-    int force_net;          /* PLAIT_TRANSPORT=socket: every pair of distinct ranks over the network */
+    int force_net;          /* PLAIT_TRANSPORT=socket: every pair of distinct ranks over the net transport */
     int cma;                /* PLAIT_CMA: enum plait_tp_cma */
     uint64_t cma_min_bytes; /* for the log only */
     double timeout_s;       /* setup deadline, <= 0 none (this rank's) */
-    const char *ifname;     /* PLAIT_SOCKET_IFNAME (this rank's) */
-    const char *net_provider; /* PLAIT_NET_PROVIDER: "" none (the socket transport joins hosts), "socket" */
-    const int *abort_flag;  /* polled by every wait */
+    const char *net_provider; /* PLAIT_NET_PROVIDER: "" the default (socket), "socket" */
     const uint8_t *secret;  /* the communicator's 32-byte secret (connection authentication) */
-    int bootstrap_fd;       /* a connected bootstrap socket: its local address is where peers reach us, -1 none */
     /* Bytes the core wants in each rank's memory segment, shared by every rank
      * of the host that this transport joins (operation counters, the
      * small-message boxes): see region() below. 0 when none. */
@@ -95,7 +93,7 @@ enum plait_link_class {
     PLAIT_LC_NONE = 0,
     PLAIT_LC_LOCAL = 1,  /* threads of one process: plain loads and stores */
     PLAIT_LC_SHM = 2,    /* processes of one host: shared memory */
-    PLAIT_LC_NET = 3,    /* a network (TCP today) */
+    PLAIT_LC_NET = 3,    /* a network (the net transport: TCP today) */
 };
 
 /* How a connection's receiver reads descriptors; NONE: neither end sends any. */
@@ -133,7 +131,7 @@ enum plait_tp_mem {
 struct plait_transport {
     uint32_t size;     /* sizeof(struct plait_transport) the table was built with: later fields past it do not exist */
     uint32_t version;  /* PLAIT_TRANSPORT_VERSION */
-    const char *name;  /* in logs and messages ("shm", "socket") */
+    const char *name;  /* in logs and messages ("shm", "net") */
     /* 0 when this transport cannot join ranks a and b, else its priority (the
      * highest wins). A pure, symmetric function of env: both ends and third
      * parties agree. a == b is the point-to-point class's self connection. */
@@ -197,14 +195,10 @@ int plait_tp_choose(const struct plait_tp_env *env, int a, int b);
 
 extern const struct plait_transport plait_transport_shm;    /* processes on one host */
 extern const struct plait_transport plait_transport_inproc; /* threads of one process */
-extern const struct plait_transport plait_transport_tcp;    /* TCP, any two hosts ("socket" to users) */
 /* Connection objects between threads that wait in the process-wide registry
  * for their second end (tests: none is left once every communicator is
  * destroyed). */
 int plait_inproc_objects_listed(void);
-/* A TCP transport connection's file descriptor, -1 for another
- * transport's (tests forge frames on it; diagnostics). */
-int plait_tcp_conn_fd(const struct plait_conn *conn);
 
 /* Single copy (docs/performance.md, "Single-copy (CMA)"). A slot whose size word
  * has PLAIT_SLOT_DESC set holds a struct plait_sc_desc instead of data: where the
@@ -256,7 +250,7 @@ struct plait_conn {
     uint64_t rx_consumed;
     /* set when the peer is known gone (process exit, EOF); data already in the
      * FIFO is still consumed, only a wait for more becomes an error. Atomic:
-     * plait_comm_check_peers (maybe on the CUDA proxy thread) and the tcp
+     * plait_comm_check_peers (maybe on the CUDA proxy thread) and the net
      * transport's progress set it while the executor's waits read it
      * (plait_conn_peer_gone). */
     int peer_gone;

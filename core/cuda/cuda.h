@@ -91,10 +91,10 @@ int plait_cuda_peer_loadable(const struct plait_comm *comm, int peer);
 plait_result_t plait_cuda_sc_counts(struct plait_comm *comm, uint64_t *sent_out, uint64_t *received_out);
 
 /* ---------------------------------------------------------------- proxy.c
- * Connections whose peer is reached over the socket transport: the kernel
+ * Connections whose peer is reached over the net transport: the kernel
  * reads and writes FIFOs in pinned host memory mapped into the device (their
  * counters too), and the proxy thread moves slots between them and the host
- * connection `hc` (whose staging FIFOs and TCP socket it alone then uses). */
+ * connection `hc` (whose staging FIFOs and progress it alone then uses). */
 
 /* Fills *dc (a host-side image of the device connection) with device-visible
  * addresses of new pinned FIFOs for the pair (hc->peer, hc->cls), and adds

@@ -1,19 +1,21 @@
-/* The proxy thread: device FIFOs <-> socket connections (issue 8, part 6).
+/* The proxy thread: device FIFOs <-> net connections (issue 8, part 6).
  *
- * A kernel cannot call send(2). For a peer reached over the socket transport
+ * A kernel cannot call send(2). For a peer reached over the net transport
+ * (transports/net.c: other hosts, or every peer under PLAIT_TRANSPORT=socket)
  * the kernel's connection (struct plait_dev_conn) points at FIFOs in pinned
  * host memory mapped into the device, and one thread per communicator moves
- * slots between them and the host connection `hc` of transports/tcp.c:
+ * slots between them and the host connection `hc`, whose staging FIFOs the
+ * net transport's progress() moves through its provider:
  *
- *   kernel --(ktx FIFO, pinned)--> proxy --(hc send slot)--> tcp_progress --> wire
- *   wire --> tcp_progress --(hc receive slot)--> proxy --(krx FIFO, pinned)--> kernel
+ *   kernel --(ktx FIFO, pinned)--> proxy --(hc send slot)--> net progress --> wire
+ *   wire --> net progress --(hc receive slot)--> proxy --(krx FIFO, pinned)--> kernel
  *
  * Each pinned FIFO follows transports/transport.h's protocol with the proxy
  * as the kernel's peer:
  *   - ktx: the kernel fills slot s and sizes[s] and release-stores tail
  *     (sys scope); the proxy acquires tail, copies the slot into hc's send
  *     slot with the same byte count, commits it there (hc's release of its
- *     tail, read by tcp_progress) and then release-stores ktx head, which the
+ *     tail, read by the net progress) and then release-stores ktx head, which the
  *     kernel acquires before it writes the slot again;
  *   - krx: the proxy copies hc's received slot into slot s, sets sizes[s] and
  *     release-stores tail (the kernel acquires it before reading); the kernel

@@ -38,6 +38,11 @@
  * error on a comm the comm is failed: every later call on it returns an error
  * again (with the same message); the caller closes it. Bytes from the network
  * are never trusted: a malformed frame fails the comm, never the process.
+ * Two statuses say what the peer did: PLAIT_ERR_REMOTE, its side is closed,
+ * reset or unreachable (it is gone, or going: what it sent before has been
+ * received); PLAIT_ERR_INTERNAL on a receive, what came broke the protocol
+ * (a malformed header, a message larger than its buffer, a tag nobody
+ * posted): the peer may be alive, but nothing more from it is taken.
  *
  * Threads: calls on one comm (and on one listen comm) come from one thread at
  * a time; different comms, and different ctxs, may be used from different
@@ -178,5 +183,8 @@ struct plait_net_provider {
 
 /* The TCP provider (transports/net/socket.c). */
 extern const struct plait_net_provider plait_net_socket;
+/* The control socket of one of its send or recv comms, -1 for NULL (tests
+ * write on it what a hostile peer would; diagnostics). */
+int plait_net_socket_comm_fd(const void *comm);
 
 #endif

@@ -89,6 +89,11 @@
 #define SOCK_DEFAULT_NTHREADS 2
 #define SOCK_DEFAULT_NSOCKS 1
 #define SOCK_DEFAULT_MIN_CPUS 4
+/* What a peer that broke the protocol (a malformed header or piece, a
+ * message larger than its buffer, a tag nobody posted) fails the comm with:
+ * PLAIT_ERR_INTERNAL, as provider.h says, so that the caller tells it from a
+ * peer that closed or reset its side (PLAIT_ERR_REMOTE: it is gone). */
+#define SOCK_ERR_PROTOCOL PLAIT_ERR_INTERNAL
 
 enum { PIECE_POSTED = 1, PIECE_DONE = 2, PIECE_FAILED = 3 };
 
@@ -571,7 +576,7 @@ static int piece_progress(struct sock_comm *c, int s, struct sock_piece *p)
                 const uint32_t magic = sock_get_u32(p->hdr), seq = sock_get_u32(p->hdr + 4);
                 const uint64_t off = sock_get_u64(p->hdr + 8), len = sock_get_u64(p->hdr + 16);
                 if (magic != SOCK_PIECE_MAGIC || seq != p->seq || off != p->offset || len != p->len) {
-                    comm_fail(c, PLAIT_ERR_REMOTE,
+                    comm_fail(c, SOCK_ERR_PROTOCOL,
                               "malformed piece header from %s on data socket %d: magic 0x%08x, message %u, bytes "
                               "%llu+%llu (expected 0x%08x, message %u, bytes %llu+%llu)",
                               c->peer, s, magic, seq, (unsigned long long)off, (unsigned long long)len,
@@ -917,20 +922,20 @@ static plait_result_t rx_header(struct sock_comm *c, const uint8_t *h)
     const int tag = (int)sock_get_u32(h + 16);
 
     if (magic != SOCK_MSG_MAGIC)
-        return comm_fail(c, PLAIT_ERR_REMOTE,
+        return comm_fail(c, SOCK_ERR_PROTOCOL,
                          "malformed message header from %s after %llu messages: bad magic 0x%08x (expected 0x%08x)",
                          c->peer, (unsigned long long)c->nmsgs, magic, SOCK_MSG_MAGIC);
     if (seq != c->next_seq)
-        return comm_fail(c, PLAIT_ERR_REMOTE,
+        return comm_fail(c, SOCK_ERR_PROTOCOL,
                          "malformed message header from %s: message number %u where %u was due (lost or repeated "
                          "data)",
                          c->peer, seq, c->next_seq);
     if (size > SOCK_MAX_P2P)
-        return comm_fail(c, PLAIT_ERR_REMOTE, "malformed message header from %s: message %u of %llu bytes (more than "
+        return comm_fail(c, SOCK_ERR_PROTOCOL, "malformed message header from %s: message %u of %llu bytes (more than "
                          "%zu)", c->peer, seq, (unsigned long long)size, SOCK_MAX_P2P);
     const uint32_t want = sock_msg_is_inline(size, c->nsocks) ? SOCK_MSG_INLINE : 0;
     if (flags != want)
-        return comm_fail(c, PLAIT_ERR_REMOTE,
+        return comm_fail(c, SOCK_ERR_PROTOCOL,
                          "malformed message header from %s: message %u (%llu bytes) has flags 0x%x where 0x%x was due",
                          c->peer, seq, (unsigned long long)size, flags, want);
     struct sock_request *r = c->rxq[c->rx_head];
@@ -941,13 +946,13 @@ static plait_result_t rx_header(struct sock_comm *c, const uint8_t *h)
             if (!r->msgs[i].is_matched)
                 snprintf(tags + strlen(tags), sizeof(tags) - strlen(tags), "%s%d", tags[0] ? ", " : "",
                          r->msgs[i].tag);
-        return comm_fail(c, PLAIT_ERR_REMOTE,
+        return comm_fail(c, SOCK_ERR_PROTOCOL,
                          "message %u from %s has tag %d, which matches no buffer of the posted receive (tags still "
                          "open: %s)",
                          seq, c->peer, tag, tags);
     }
     if (size > m->cap)
-        return comm_fail(c, PLAIT_ERR_REMOTE,
+        return comm_fail(c, SOCK_ERR_PROTOCOL,
                          "message %u from %s (tag %d) is %llu bytes, more than the %zu bytes posted for it "
                          "(truncated): the two sides disagree on the size",
                          seq, c->peer, tag, (unsigned long long)size, m->cap);
@@ -1624,6 +1629,11 @@ static plait_result_t sock_finalize(void *vctx)
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
     return PLAIT_SUCCESS;
+}
+
+int plait_net_socket_comm_fd(const void *comm)
+{
+    return comm ? ((const struct sock_comm *)comm)->ctrl_fd : -1;
 }
 
 const struct plait_net_provider plait_net_socket = {
