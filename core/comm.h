@@ -161,6 +161,7 @@ struct plait_task {
     int fast_next;           /* small-message path: the next rank whose data is consumed */
     uint32_t fast_polls;     /* small-message path: waits so far (paces the mismatch check) */
     uint32_t fast_sent;      /* small-message path over connections: the peers sent to (bit per rank) */
+    uint32_t fast_idle;      /* small-message path over connections: passes that moved nothing */
     struct plait_step step;
 };
 

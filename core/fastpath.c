@@ -484,8 +484,14 @@ static plait_result_t msg_gone(const struct plait_op *op, int k)
  * transports' progress (handshakes of connections peers make on first use,
  * sends and receives of other classes: an eager send to this rank completes
  * while it waits here; the mismatch check sees FIFO traffic). */
-static int blocked(const struct plait_op *op, plait_result_t *err)
+static int blocked(struct plait_task *t, plait_result_t *err)
 {
+    const struct plait_op *op = t->op;
+    /* Every 16th idle pass: on the net transport it tests every connection's
+     * posted receives (a system call each), which would delay seeing the
+     * message this call waits for. */
+    if ((++t->fast_idle & 15) != 1)
+        return FAST_BLOCKED;
     int flushed = 0;
     if ((*err = plait_comm_transports_progress(op->comm, &flushed)) != PLAIT_SUCCESS) {
         *err = op_error(op, *err);
@@ -507,6 +513,7 @@ static int msg_advance(struct plait_task *t, plait_result_t *err)
         t->has_step = 1;
         t->fast_next = 0;
         t->fast_sent = 0;
+        t->fast_idle = 0;
         moved = 1;
     }
     /* Every peer's message first (in place, alltoall's blocks are then
@@ -544,7 +551,7 @@ static int msg_advance(struct plait_task *t, plait_result_t *err)
         }
     }
     if (t->fast_sent != everyone)
-        return moved ? FAST_PROGRESSED : blocked(op, err);
+        return moved ? FAST_PROGRESSED : blocked(t, err);
     while (t->fast_next < n) {
         const int k = t->fast_next;
         if (k == me) {
@@ -575,7 +582,7 @@ static int msg_advance(struct plait_task *t, plait_result_t *err)
             if (!slot) {
                 if ((++t->fast_polls & 1023) == 0 && (*err = check_fifo_traffic(op, k)) != PLAIT_SUCCESS)
                     return FAST_ERROR;
-                return moved ? FAST_PROGRESSED : blocked(op, err);
+                return moved ? FAST_PROGRESSED : blocked(t, err);
             }
         }
         uint64_t tag;
