@@ -40,6 +40,16 @@ static const char *buf_ptr(const struct plait_op *op, int which)
 static plait_result_t peer_gone_error(const struct plait_task *t, int peer, const char *what)
 {
     const struct plait_op *op = t->op;
+    /* A peer that ran this collective on the small-message path found the
+     * calls mismatched and left: its message may still be on the way (over
+     * connections it lands only with progress). Say that rather than "gone". */
+    if (op->comm->fast && op->coll_seq) {
+        int flushed = 0;
+        (void)plait_comm_transports_progress(op->comm, &flushed);
+        plait_result_t m = plait_fast_check_mismatch(op);
+        if (m)
+            return m;
+    }
     plait_result_t res = plait_comm_peer_gone(op->comm, peer, what);
     return plait_error_context(res, "%s (operation #%llu) on rank %d", op->name, (unsigned long long)op->seq,
                                op->comm->rank);
