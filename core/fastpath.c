@@ -783,6 +783,28 @@ plait_result_t plait_fast_run(struct plait_op *op)
         if (plait_wait_idle(&w) && (status = idle_checks(&t, &w)) != PLAIT_SUCCESS)
             goto failed;
     }
+    /* Over connections, this rank's messages must have left before the call
+     * returns: a transport that moves them in progress() (the net transport,
+     * whose provider may have written part of one) gets no other progress
+     * once the caller goes on. Only the small-message class: another class
+     * may hold an eager send its peer takes later. */
+    if (comm->fast->msg)
+        for (int p = 0; p < comm->nranks; p++) {
+            struct plait_conn *c = p == comm->rank ? NULL : comm->conns[(size_t)p * (size_t)comm->ncls +
+                                                                        (size_t)comm->nchannels];
+            while (c && c->needs_progress && !c->tp->is_flushed(c->ctx, c)) {
+                if ((status = plait_conn_progress(comm, c)) != PLAIT_SUCCESS) {
+                    status = op_error(op, status);
+                    goto failed;
+                }
+                if (plait_conn_peer_gone(c) && !c->tp->is_flushed(c->ctx, c)) {
+                    status = op_error(op, plait_comm_peer_gone(comm, p, "before it received our part"));
+                    goto failed;
+                }
+                if (plait_wait_idle(&w) && (status = idle_checks(&t, &w)) != PLAIT_SUCCESS)
+                    goto failed;
+            }
+        }
     plait_op_completed(comm);
     plait_op_leave(comm);
     return PLAIT_SUCCESS;
