@@ -102,6 +102,16 @@ void plait_model_consts_default(struct plait_model_consts *k)
      * a 16 MiB exchange moves ~2.1 GB/s (the kernel's two copies). */
     k->alpha[PLAIT_MLINK_TCP] = 6.0 * US;
     k->beta[PLAIT_MLINK_TCP] = GBPS(2.1);
+    /* Each FIFO slot over TCP also costs both ends' cores: the sender's
+     * system call (which runs the receiving stack too on one machine), the
+     * receiver's polls and read, the net transport's slot bookkeeping. Fitted
+     * across two namespaces (docs/performance.md, section 6): a 4 KiB
+     * allreduce on the FIFO path takes ~18 us on one channel and ~31 us on
+     * two (two slots each way instead of one), 32 KiB ~22 us on one and ~113
+     * us on four: ~4 us per slot and end, paid in turn by the rank's one
+     * thread, which is why few channels win across hosts below ~1 MiB. The
+     * small-message path's one write and read per peer are in alpha. */
+    k->msg[PLAIT_MLINK_TCP] = 4.0 * US;
     /* GPU links: NCCL's public tuning model (src/graph/tuning.cc) charges a
      * Simple-protocol ring step 3.4 us on NVLink, ~5.7 us on PCIe and ~14 us
      * over the network (its hwLat tables); a step there is one slot, a piece
@@ -194,6 +204,8 @@ struct key_group {
 static const struct key_group key_groups[] = {
     {"alpha", offsetof(struct plait_model_consts, alpha), KEY_BY_LINK, 0, "per piece on the wire"},
     {"beta", offsetof(struct plait_model_consts, beta), KEY_BY_LINK, 1, "per byte on the wire (1 / bandwidth)"},
+    {"msg", offsetof(struct plait_model_consts, msg), KEY_BY_LINK, 0,
+     "per piece, each end's engine handing it to the link or taking it from it"},
     {"send_beta", offsetof(struct plait_model_consts, send_beta), KEY_BY_ENGINE, 1,
      "per byte the sender's engine spends putting a piece in a slot"},
     {"copy_beta", offsetof(struct plait_model_consts, copy_beta), KEY_BY_ENGINE, 1, "per byte of a local copy"},
@@ -794,6 +806,7 @@ struct sim {
     double *core_free;   /* [nsimhosts * cores] */
     int *waited;         /* [nsim] the rank idled waiting: it pays handoff at its next engine work */
     double alpha_intra, beta_intra, alpha_inter, beta_inter;
+    double msg_intra, msg_inter; /* k->msg of the intra- and inter-host links */
     const struct plait_model_consts *k;
     int eng;
     struct task *tasks;
@@ -1221,6 +1234,14 @@ static void step_done(struct task *t)
 /* A SENDRECV step: the halves move independently, the send half first when
  * both can (exec.c's order). Returns 1 when a piece was done, 0 when the task
  * must wait (an event or a wake is arranged). */
+/* What an end's engine spends per piece on a connection's link (k->msg):
+ * the sender's system call that hands a slot to TCP, the receiver's that
+ * takes it; a polled slot in shared memory costs nothing of the kind. */
+static double conn_msg(const struct sim *s, const struct conn *c)
+{
+    return c->is_inter ? s->msg_inter : s->msg_intra;
+}
+
 static int task_sendrecv(struct sim *s, struct task *t, double now)
 {
     struct conn *co = &s->conns[t->cout], *ci = &s->conns[t->cin];
@@ -1246,7 +1267,8 @@ static int task_sendrecv(struct sim *s, struct task *t, double now)
     }
     const uint64_t bytes = piece_bytes(s, t, do_send ? t->spiece : t->rpiece);
     const double per_byte = do_send ? s->k->send_beta[s->eng] : recv_cost(s, t->st.kind);
-    const double dur = (t->charged ? 0.0 : s->k->step_overhead[s->eng]) + (double)bytes * per_byte;
+    const double dur = (t->charged ? 0.0 : s->k->step_overhead[s->eng]) + (double)bytes * per_byte +
+                       conn_msg(s, do_send ? co : ci);
     t->charged = 1;
     const double end = engine_reserve(s, t, now, dur);
     if (do_send) {
@@ -1288,7 +1310,8 @@ static int task_piece(struct sim *s, struct task *t, double now)
     }
     const uint64_t bytes = piece_bytes(s, t, t->spiece);
     const double per_byte = (rx ? recv_cost(s, kind) : 0.0) + (tx ? send_cost(s, kind) : 0.0);
-    const double dur = (t->charged ? 0.0 : s->k->step_overhead[s->eng]) + (double)bytes * per_byte;
+    const double dur = (t->charged ? 0.0 : s->k->step_overhead[s->eng]) + (double)bytes * per_byte +
+                       (rx ? conn_msg(s, ci) : 0.0) + (tx ? conn_msg(s, co) : 0.0);
     t->charged = 1;
     const double end = engine_reserve(s, t, now, dur);
     if (rx)
@@ -1514,6 +1537,8 @@ static plait_result_t sim_init(struct sim *s, const struct plait_model_machine *
     s->alpha_intra = m->k.alpha[m->intra_link];
     s->beta_intra = m->intra_bw > 0 ? 1.0 / m->intra_bw : m->k.beta[m->intra_link];
     s->alpha_inter = m->k.alpha[m->inter_link];
+    s->msg_intra = m->k.msg[m->intra_link];
+    s->msg_inter = m->k.msg[m->inter_link];
     s->beta_inter = m->inter_bw > 0 ? 1.0 / m->inter_bw : m->k.beta[m->inter_link];
     /* Time-slicing: CPU engines on a host with more ranks than cores. The
      * largest host decides (uniform machines: every host). */
@@ -1747,19 +1772,24 @@ static plait_result_t ll_time(const struct plait_model_machine *m, const struct 
         t += (double)(m->nranks - 1) * (m->k.ll_alpha[e] + (double)pair_bytes * m->k.ll_beta[e]);
     t += (double)beyond * m->k.handoff;
     /* Across hosts (fastpath.c, over connections): the messages to the
-     * other hosts' ranks leave at once, one network latency in all, and
-     * their bytes share the link one after another. */
+     * other hosts' ranks leave at once, one network latency in all, and the
+     * bytes of every rank of a host share its NICs one after another: the
+     * busiest host's messages (each rank's to every rank elsewhere; what
+     * comes in is the same count), spread over its NICs. */
     if (m->nhosts > 1) {
         int most_remote = 0;
-        for (int r = 0; r < m->nranks; r++) {
+        for (int h = 0; h < m->nhosts; h++) {
             int remote = 0;
-            for (int q = 0; q < m->nranks; q++)
-                remote += m->host_of[q] != m->host_of[r];
+            for (int r = 0; r < m->nranks; r++)
+                if (m->host_of[r] == h)
+                    for (int q = 0; q < m->nranks; q++)
+                        remote += m->host_of[q] != h;
             if (remote > most_remote)
                 most_remote = remote;
         }
+        const int nics = m->nics_per_host >= 1 ? m->nics_per_host : 1;
         const double beta = m->inter_bw > 0 ? 1.0 / m->inter_bw : m->k.beta[m->inter_link];
-        t += m->k.alpha[m->inter_link] + (double)most_remote * ((double)(pair_bytes + 8) * beta);
+        t += m->k.alpha[m->inter_link] + (double)most_remote / nics * ((double)(pair_bytes + 8) * beta);
     }
     *time_out = t;
     return PLAIT_SUCCESS;

@@ -104,6 +104,8 @@ enum plait_model_proto {
 struct plait_model_consts {
     double alpha[PLAIT_MLINK_COUNT];      /* per piece on the wire (latency of one slot hand-over) */
     double beta[PLAIT_MLINK_COUNT];       /* per byte on the wire: 1 / the link's bandwidth, each way */
+    double msg[PLAIT_MLINK_COUNT];        /* per piece, what each end's engine spends handing it to the link
+                                           * or taking it from it (system calls over TCP; 0: none) */
     double send_beta[PLAIT_MENGINE_COUNT];/* per byte the sender's engine spends putting a piece in a slot */
     double copy_beta[PLAIT_MENGINE_COUNT];/* per byte of a local copy (slot -> buffer, buffer -> buffer) */
     double gamma[PLAIT_MENGINE_COUNT];    /* per byte of a reduction (two inputs, one output) */
