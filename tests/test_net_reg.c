@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/util.h"
+#include "core/progress.h"
 #include "tests/harness.h"
 #include "transports/net.h"
 #include "transports/net/provider.h"
@@ -33,7 +35,10 @@ static struct {
     int checked; /* isend/irecv buffers checked */
     int bad;
     char bad_msg[512];
-    int fail_reg; /* reg_mr fails */
+    int fail_reg;    /* reg_mr fails */
+    int fail_rx_reg; /* reg_mr fails for a large buffer on an accepted comm (the receive slots) */
+    void *recv_comms[64];
+    int nrecv_comms;
 } D = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void bad(const char *fmt, const void *a, const void *b)
@@ -68,6 +73,15 @@ static plait_result_t d_reg_mr(void *comm, void *data, size_t size, int type, vo
 {
     if (D.fail_reg)
         return plait_error(PLAIT_ERR_SYSTEM, "strict double: reg_mr refused (as out of pinnable memory)");
+    if (D.fail_rx_reg && size > 256) {
+        pthread_mutex_lock(&D.lock);
+        int is_recv = 0;
+        for (int i = 0; i < D.nrecv_comms; i++)
+            is_recv |= D.recv_comms[i] == comm;
+        pthread_mutex_unlock(&D.lock);
+        if (is_recv)
+            return plait_error(PLAIT_ERR_SYSTEM, "strict double: reg_mr of receive memory refused");
+    }
     void *inner = NULL;
     plait_result_t s = plait_net_socket.reg_mr(comm, data, size, type, &inner);
     if (s)
@@ -134,6 +148,18 @@ static void no_live_on(void *comm)
     pthread_mutex_unlock(&D.lock);
 }
 
+static plait_result_t d_accept(void *listen_comm, void **recv_comm)
+{
+    plait_result_t s = plait_net_socket.accept(listen_comm, recv_comm);
+    if (!s && *recv_comm) {
+        pthread_mutex_lock(&D.lock);
+        if (D.nrecv_comms < 64)
+            D.recv_comms[D.nrecv_comms++] = *recv_comm;
+        pthread_mutex_unlock(&D.lock);
+    }
+    return s;
+}
+
 static plait_result_t d_close_send(void *comm)
 {
     no_live_on(comm);
@@ -143,6 +169,11 @@ static plait_result_t d_close_send(void *comm)
 static plait_result_t d_close_recv(void *comm)
 {
     no_live_on(comm);
+    pthread_mutex_lock(&D.lock);
+    for (int i = 0; i < D.nrecv_comms; i++)
+        if (D.recv_comms[i] == comm)
+            D.recv_comms[i--] = D.recv_comms[--D.nrecv_comms];
+    pthread_mutex_unlock(&D.lock);
     return plait_net_socket.close_recv(comm);
 }
 
@@ -157,6 +188,7 @@ static void strict_on(void)
     strict.irecv = d_irecv;
     strict.close_send = d_close_send;
     strict.close_recv = d_close_recv;
+    strict.accept = d_accept;
     plait_net_provider_substitute(&strict);
     setenv("PLAIT_NET_PROVIDER", "socket", 1);
     setenv("PLAIT_SOCKET_IFNAME", "lo", 1);
@@ -269,4 +301,110 @@ Test(net_reg, refused_registration_fails_init_naming_it, .timeout = 120)
     unsetenv("PLAIT_TRANSPORT");
     cr_assert_eq(failed, 0, "%d ranks failed: %s", failed, msg);
     cr_assert(named, "no rank says what could not be registered: rank 0: %s; rank 1: %s", m0, m1);
+}
+
+/* Rank 0's provider refuses to register the receive slots of the comm its
+ * peer dialed: rank 0's init fails at once naming the peer and what was
+ * refused, not after the connection deadline (PLAIT_TIMEOUT). */
+static int rx_refused_child(struct mr_child *c, void *arg)
+{
+    (void)arg;
+    double *took = c->shared;
+    D.fail_rx_reg = c->rank == 0;
+    const double t0 = plait_now();
+    plait_comm_t comm = mr_child_init(c);
+    took[c->rank] = plait_now() - t0;
+    if (comm) {
+        snprintf(c->msg, c->msglen, "rank %d: init succeeded with reg_mr refusing", c->rank);
+        plait_comm_destroy(comm);
+        return 1;
+    }
+    if (c->rank == 0 && !(strstr(c->msg, "receive slots") && strstr(c->msg, "reg_mr of receive memory refused") &&
+                          strstr(c->msg, "rank 1")))
+        return 1;
+    return 0;
+}
+
+Test(net_reg, refused_receive_registration_fails_at_once, .timeout = 120)
+{
+    setenv("PLAIT_TRANSPORT", "socket", 1);
+    setenv("PLAIT_TIMEOUT", "60", 1);
+    char msg[2048] = "";
+    struct mr_procs *p = mr_procs_start(2, rx_refused_child, NULL, 2 * sizeof(double), 0, msg, sizeof(msg));
+    cr_assert_not_null(p, "%s", msg);
+    const int failed = mr_procs_join(p, 100, msg, sizeof(msg));
+    const double *took = mr_procs_shared(p);
+    const double t0 = took[0];
+    char m0[600];
+    snprintf(m0, sizeof(m0), "%s", mr_procs_msg(p, 0));
+    mr_procs_free(p);
+    unsetenv("PLAIT_TRANSPORT");
+    unsetenv("PLAIT_TIMEOUT");
+    cr_assert_eq(failed, 0, "%d ranks failed: %s (rank 0: %s)", failed, msg, m0);
+    cr_assert_lt(t0, 30.0, "rank 0's init took %.1f s (PLAIT_TIMEOUT=60): %s", t0, m0);
+}
+
+/* The same refusal on a connection made on first use, stepped by progress:
+ * 4 ranks (ring 0-1-2-3); rank 2 sends to its non-neighbour rank 0 while rank
+ * 0 is busy exchanging with rank 1, so rank 0 takes rank 2's hello in a
+ * handshake that progress steps, with its receive registrations refused from
+ * then on. Rank 0's receive from rank 2 then fails at once naming rank 2 and
+ * what was refused, rather than waiting out PLAIT_COLL_TIMEOUT for a comm it
+ * had closed (that handshake's error went nowhere) or for rank 2 to leave. */
+static int rx_refused_later_child(struct mr_child *c, void *arg)
+{
+    (void)arg;
+    double *took = c->shared;
+    plait_comm_t comm = mr_child_init(c);
+    if (!comm)
+        return 1;
+    int rc = 0;
+    int32_t s[16] = {0}, r[16];
+    if (c->rank == 0 || c->rank == 1) {
+        const int peer = 1 - c->rank;
+        for (int i = 0; i < 30000 && !rc; i++) {
+            if (i == 1)
+                D.fail_rx_reg = c->rank == 0;
+            plait_group_start();
+            plait_send(s, 16, PLAIT_INT32, peer, comm, NULL);
+            plait_recv(r, 16, PLAIT_INT32, peer, comm, NULL);
+            if (plait_group_end() != PLAIT_SUCCESS) {
+                snprintf(c->msg, c->msglen, "rank %d: exchange %d failed: %s", c->rank, i, plait_last_error_get());
+                rc = 1;
+            }
+        }
+    }
+    if (c->rank == 2) {
+        plait_nap_ns(100 * 1000 * 1000ull);
+        (void)plait_send(s, 16, PLAIT_INT32, 0, comm, NULL);
+        /* alive a while: rank 0's error must not wait for this rank to go */
+        plait_nap_ns(6ull * 1000 * 1000 * 1000);
+    }
+    if (c->rank == 0 && !rc) {
+        const double t0 = plait_now();
+        plait_result_t st = plait_recv(r, 16, PLAIT_INT32, 2, comm, NULL);
+        took[0] = plait_now() - t0;
+        const char *e = plait_last_error_get();
+        snprintf(c->msg, c->msglen, "rank 0: %s after %.1f s: %s", plait_get_error_string(st), took[0], e);
+        rc = !(st != PLAIT_SUCCESS && strstr(e, "receive slots") && strstr(e, "rank 2"));
+    }
+    plait_comm_destroy(comm);
+    return rc;
+}
+
+Test(net_reg, refused_receive_registration_on_first_use_fails_at_once, .timeout = 150)
+{
+    setenv("PLAIT_TRANSPORT", "socket", 1);
+    setenv("PLAIT_COLL_TIMEOUT", "60", 1);
+    char msg[2048] = "";
+    struct mr_procs *p = mr_procs_start(4, rx_refused_later_child, NULL, 4 * sizeof(double), 0, msg, sizeof(msg));
+    cr_assert_not_null(p, "%s", msg);
+    const int failed = mr_procs_join(p, 130, msg, sizeof(msg));
+    const double t0 = ((const double *)mr_procs_shared(p))[0];
+    char m0[700];
+    snprintf(m0, sizeof(m0), "%s", mr_procs_msg(p, 0));
+    mr_procs_free(p);
+    unsetenv("PLAIT_TRANSPORT");
+    cr_assert_eq(failed, 0, "%d ranks failed: %s (%s)", failed, msg, m0);
+    cr_assert_lt(t0, 4.5, "rank 0's receive took %.1f s (rank 2 stays 6 s, PLAIT_COLL_TIMEOUT=60): %s", t0, m0);
 }

@@ -433,13 +433,25 @@ static plait_result_t hello_done(struct net_state *st, struct net_incoming *in, 
     }
     struct net_conn *c = NULL;
     plait_result_t status = entry_get(st, in->hello.rank, in->hello.cls, &c);
-    void *rx_mh = NULL;
-    if (!status)
-        status = mr_reg(st, in->recv_comm, c->rx_mem, (size_t)env_slots(st) * st->env->slot_bytes, &rx_mh,
-                        "receive slots");
     if (status) {
         incoming_close(st, in);
         return status;
+    }
+    void *rx_mh = NULL;
+    status = mr_reg(st, in->recv_comm, c->rx_mem, (size_t)env_slots(st) * st->env->slot_bytes, &rx_mh,
+                    "receive slots");
+    if (status) {
+        /* The connection's own failure: its accept() reports it at once
+         * (naming the peer), rather than waiting for a comm that has gone. */
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", plait_last_error_get());
+        incoming_close(st, in);
+        if (!c->failed) {
+            c->failed = plait_error(status, "net: accepting %s's connection on class %d: %s", c->peer_str, c->cls,
+                                    msg);
+            snprintf(c->failed_msg, sizeof(c->failed_msg), "%s", plait_last_error_get());
+        }
+        return PLAIT_SUCCESS;
     }
     st->prov->dereg_mr(in->recv_comm, in->mh);
     in->mh = NULL;
