@@ -418,7 +418,7 @@ static plait_result_t check_fifo_traffic(const struct plait_op *op, int peer)
     const struct plait_comm *comm = op->comm;
     for (int c = 0; c < comm->nchannels; c++) {
         const struct plait_conn *conn = comm->conns[peer * comm->ncls + c];
-        if (conn && plait_ld_acquire_u64(conn->rx_tail) > conn->rx_consumed)
+        if (conn && plait_ld_acquire_u64(conn->rx_tail) > __atomic_load_n(&conn->rx_consumed, __ATOMIC_RELAXED))
             return mismatch(op, peer, "sent collective data through its FIFOs (a larger call?) while this rank "
                                       "waits on the small-message path");
     }
@@ -463,6 +463,25 @@ static const char *msg_peek(const struct plait_conn *c, uint32_t *got)
     const size_t i = plait_fifo_slot(consumed, c->nslots);
     *got = c->rx_sizes[i];
     return c->rx_slots + i * c->slot_bytes;
+}
+
+/* The peer is gone (its connection saw the end, or its process exited):
+ * what it sent before is still taken. A connection moved by progress (a
+ * socket) may hold it unread in the kernel's buffer: move it until the
+ * message is there or the connection itself has seen the end (bounded: a
+ * peer's fd kept open by a child of it never ends). */
+static const char *msg_land_last(struct plait_comm *comm, struct plait_conn *c, uint32_t *got)
+{
+    const char *slot = msg_peek(c, got);
+    for (int i = 0; !slot && c->needs_progress && i < 64; i++) {
+        const int saw_end = plait_conn_peer_gone(c);
+        if (plait_conn_progress(comm, c) != PLAIT_SUCCESS)
+            return msg_peek(c, got);
+        slot = msg_peek(c, got);
+        if (saw_end)
+            break;
+    }
+    return slot;
 }
 
 static void msg_release(struct plait_conn *c)
@@ -572,7 +591,7 @@ static int msg_advance(struct plait_task *t, plait_result_t *err)
         if (!slot) {
             /* What a peer sent before it went is still taken: look again
              * after seeing it gone. */
-            if (msg_peer_gone(comm, k, c) && !(slot = msg_peek(c, &got))) {
+            if (msg_peer_gone(comm, k, c) && !(slot = msg_land_last(comm, c, &got))) {
                 /* a peer that left after sending this collective through
                  * its FIFOs called another one: say that, not only "gone" */
                 if ((*err = check_fifo_traffic(op, k)) == PLAIT_SUCCESS)

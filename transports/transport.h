@@ -323,8 +323,10 @@ static inline const void *plait_conn_recv_slot(struct plait_conn *c, uint32_t *b
 /* Gives the slot returned by plait_conn_recv_slot back to the sender. */
 static inline void plait_conn_recv_release(struct plait_conn *c)
 {
-    c->rx_consumed++;
-    plait_st_release_u64(c->rx_head, c->rx_consumed);
+    /* atomic: the small-message path's checks read it from other lanes */
+    const uint64_t next = c->rx_consumed + 1;
+    __atomic_store_n(&c->rx_consumed, next, __ATOMIC_RELAXED);
+    plait_st_release_u64(c->rx_head, next);
 }
 
 #endif
