@@ -77,11 +77,12 @@ const struct plait_env_var plait_env_table[] = {
      "every channel with PLAIT_CHUNK_SIZE. Unset: the tuner chooses by the cost model (docs/algorithms.md, "
      "\"Selection\"), or by PLAIT_TUNE_FILE's rules."},
     {"PLAIT_PROTO", "NCCL_PROTO", "auto",
-     "auto: collectives of at most 4 KiB per rank pair (allreduce, reducescatter, allgather, alltoall, barrier; "
-     "broadcast and reduce when the host has a core per rank) "
-     "between 2..8 ranks of one host may take the small-message path (plait's LL: data and flag pushed into each "
-     "peer's cache line, docs/performance.md) where the tuner's model predicts it faster than the FIFO path "
-     "(NCCL's Simple), which carries everything else; Simple: the FIFO path only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "
+     "auto: collectives between 2..8 ranks (allreduce, reducescatter, allgather, alltoall, barrier; "
+     "broadcast and reduce when every host has a core per rank) may take the small-message path where the "
+     "tuner's model predicts it faster than the FIFO path: within one host (shared memory) up to 4 KiB per rank "
+     "pair, data and flag pushed into each peer's cache line (plait's LL); with a net connection between some "
+     "pair, up to 64 KiB per rank pair, one message per peer on connections of their own (docs/performance.md). "
+     "The FIFO path (NCCL's Simple) carries everything else. Simple: the FIFO path only. NCCL_PROTO is read when PLAIT_PROTO is unset: a list that keeps Simple and not LL (\"Simple\", \"^LL\", "
      "\"^LL,LL128\") means Simple; \"LL,Simple\" (and \"^LL128\") means auto; what plait cannot do (LL128, LL for every "
      "size, a per-collective form) gives one WARN and means auto."},
     {"PLAIT_TUNE_FILE", NULL, "",
