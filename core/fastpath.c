@@ -581,13 +581,18 @@ static int msg_advance(struct plait_task *t, plait_result_t *err)
         }
         struct plait_conn *c =
             comm->conns[(size_t)k * (size_t)comm->ncls + (size_t)comm->nchannels]; /* made: we sent on it */
-        plait_result_t e;
-        if (c->needs_progress && (e = plait_conn_progress(comm, c))) {
-            *err = op_error(op, e);
-            return FAST_ERROR;
-        }
+        /* Look first: the progress after our own send often landed it,
+         * and another would cost a system call that finds nothing. */
         uint32_t got = 0;
         const char *slot = msg_peek(c, &got);
+        plait_result_t e;
+        if (!slot && c->needs_progress) {
+            if ((e = plait_conn_progress(comm, c))) {
+                *err = op_error(op, e);
+                return FAST_ERROR;
+            }
+            slot = msg_peek(c, &got);
+        }
         if (!slot) {
             /* What a peer sent before it went is still taken: look again
              * after seeing it gone. */
