@@ -10,7 +10,9 @@
  * comm, in order, up to the FIFO depth (and the provider's request limit) in
  * flight; the credit (tx_head) advances as they complete, in order. Each free
  * receive slot has one irecv() posted on the recv comm, in order; when test()
- * says it is done, the slot's size is stored and then rx_tail (release).
+ * says it is done, the slot's size is stored and then rx_tail (release), one
+ * slot per progress call (testing the next at once would mostly be a system
+ * call that finds nothing, on the waiting caller's latency path).
  * One thread at a time moves a connection (a busy flag: the others leave it),
  * as the provider wants one thread per comm at a time.
  *
