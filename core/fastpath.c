@@ -467,21 +467,26 @@ static const char *msg_peek(const struct plait_conn *c, uint32_t *got)
 
 /* The peer is gone (its connection saw the end, or its process exited):
  * what it sent before is still taken. A connection moved by progress (a
- * socket) may hold it unread in the kernel's buffer: move it until the
- * message is there or the connection itself has seen the end (bounded: a
- * peer's fd kept open by a child of it never ends). */
+ * socket) may hold it unread in the kernel's buffer or still on the way:
+ * move it until the message is there or the connection itself has seen the
+ * end, for MSG_LAND_S at most (a peer's fd kept open by a child of it never
+ * ends). A progress error (the connection failed) ends the wait: the caller
+ * reports the peer. */
+#define MSG_LAND_S 0.5
 static const char *msg_land_last(struct plait_comm *comm, struct plait_conn *c, uint32_t *got)
 {
     const char *slot = msg_peek(c, got);
-    for (int i = 0; !slot && c->needs_progress && i < 64; i++) {
+    if (slot || !c->needs_progress)
+        return slot;
+    const double until = plait_now() + MSG_LAND_S;
+    for (;;) {
         const int saw_end = plait_conn_peer_gone(c);
         if (plait_conn_progress(comm, c) != PLAIT_SUCCESS)
             return msg_peek(c, got);
-        slot = msg_peek(c, got);
-        if (saw_end)
-            break;
+        if ((slot = msg_peek(c, got)) || saw_end || plait_now() > until)
+            return slot;
+        plait_cpu_relax();
     }
-    return slot;
 }
 
 static void msg_release(struct plait_conn *c)

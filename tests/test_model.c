@@ -448,6 +448,45 @@ Test(model, ll_small_messages)
     plait_model_machine_free(&m);
 }
 
+/* msg: a per-slot cost on each end's engine, charged over TCP only. A
+ * one-piece exchange between two hosts grows by exactly both ends' msg; the
+ * same call on one host over shared memory does not change; LL pays the
+ * TCP link's alpha and bytes on one host too (PLAIT_TRANSPORT=socket). */
+Test(model, msg_per_piece_over_tcp_only)
+{
+    struct plait_model_consts k;
+    consts_wire_only(&k, 2e-6, 1e-9);
+    struct plait_model_machine m;
+    cr_assert_eq(plait_model_machine_uniform(&m, 2, 2, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
+                 PLAIT_SUCCESS);
+    struct plait_model_call c;
+    call_one_piece(&c, PLAIT_COLL_ALLREDUCE, 1024, PLAIT_ALGO_ONESHOT);
+    const double none = predict(&m, &c, PLAIT_MODEL_FULL, NULL);
+    m.k.msg[PLAIT_MLINK_TCP] = 3e-6;
+    const double with = predict(&m, &c, PLAIT_MODEL_FULL, NULL);
+    cr_expect(close_rel(with - none, 2 * 3e-6, 1e-9), "one piece each way: %.9g -> %.9g (want +6 us)", none, with);
+    plait_model_machine_free(&m);
+    /* one host, shared memory: msg of TCP changes nothing */
+    cr_assert_eq(plait_model_machine_uniform(&m, 2, 1, PLAIT_MENGINE_CPU, PLAIT_MLINK_SHM, PLAIT_MLINK_TCP, &k),
+                 PLAIT_SUCCESS);
+    const double shm0 = predict(&m, &c, PLAIT_MODEL_FULL, NULL);
+    m.k.msg[PLAIT_MLINK_TCP] = 3e-6;
+    cr_expect(close_rel(predict(&m, &c, PLAIT_MODEL_FULL, NULL), shm0, 1e-12));
+    /* one host over TCP (PLAIT_TRANSPORT=socket): LL pays the network term
+     * (alpha and the bytes; msg is the FIFO path's) */
+    m.intra_link = PLAIT_MLINK_TCP;
+    m.ll_ok = 1;
+    m.ll_max_bytes = 65536;
+    struct plait_model_call l;
+    plait_model_call_init(&l, PLAIT_COLL_ALLREDUCE, 16, 4, PLAIT_ALGO_RING, PLAIT_MPROTO_LL);
+    const double ll3 = predict(&m, &l, PLAIT_MODEL_AUTO, NULL);
+    m.k.msg[PLAIT_MLINK_TCP] = 0;
+    const double ll0 = predict(&m, &l, PLAIT_MODEL_AUTO, NULL);
+    cr_expect(close_rel(ll3, ll0, 1e-12), "LL pays no msg: %.9g, %.9g", ll0, ll3);
+    cr_expect(ll0 >= 2e-6 + 72e-9, "LL over TCP on one host pays the link's alpha and bytes: %.9g", ll0);
+    plait_model_machine_free(&m);
+}
+
 /* --------------------------------------------------------- constants */
 
 static char *tmp_path(const char *tag)

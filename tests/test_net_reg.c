@@ -73,7 +73,7 @@ static plait_result_t d_reg_mr(void *comm, void *data, size_t size, int type, vo
 {
     if (D.fail_reg)
         return plait_error(PLAIT_ERR_SYSTEM, "strict double: reg_mr refused (as out of pinnable memory)");
-    if (D.fail_rx_reg && size > 256) {
+    if (__atomic_load_n(&D.fail_rx_reg, __ATOMIC_RELAXED) && size > 256) {
         pthread_mutex_lock(&D.lock);
         int is_recv = 0;
         for (int i = 0; i < D.nrecv_comms; i++)
@@ -310,7 +310,7 @@ static int rx_refused_child(struct mr_child *c, void *arg)
 {
     (void)arg;
     double *took = c->shared;
-    D.fail_rx_reg = c->rank == 0;
+    __atomic_store_n(&D.fail_rx_reg, c->rank == 0, __ATOMIC_RELAXED);
     const double t0 = plait_now();
     plait_comm_t comm = mr_child_init(c);
     took[c->rank] = plait_now() - t0;
@@ -364,7 +364,7 @@ static int rx_refused_later_child(struct mr_child *c, void *arg)
         const int peer = 1 - c->rank;
         for (int i = 0; i < 30000 && !rc; i++) {
             if (i == 1)
-                D.fail_rx_reg = c->rank == 0;
+                __atomic_store_n(&D.fail_rx_reg, c->rank == 0, __ATOMIC_RELAXED);
             plait_group_start();
             plait_send(s, 16, PLAIT_INT32, peer, comm, NULL);
             plait_recv(r, 16, PLAIT_INT32, peer, comm, NULL);

@@ -104,13 +104,17 @@ void plait_model_consts_default(struct plait_model_consts *k)
     k->beta[PLAIT_MLINK_TCP] = GBPS(2.1);
     /* Each FIFO slot over TCP also costs both ends' cores: the sender's
      * system call (which runs the receiving stack too on one machine), the
-     * receiver's polls and read, the net transport's slot bookkeeping. Fitted
-     * across two namespaces (docs/performance.md, section 6): a 4 KiB
-     * allreduce on the FIFO path takes ~18 us on one channel and ~31 us on
-     * two (two slots each way instead of one), 32 KiB ~22 us on one and ~113
-     * us on four: ~4 us per slot and end, paid in turn by the rank's one
-     * thread, which is why few channels win across hosts below ~1 MiB. The
-     * small-message path's one write and read per peer are in alpha. */
+     * receiver's polls and read, the net transport's slot bookkeeping, paid
+     * in turn by the rank's one thread. Fitted across two namespaces
+     * (docs/performance.md, section 6): a 4 KiB allreduce on the FIFO path
+     * takes ~18 us on one channel and ~31 us on two (two slots each way
+     * instead of one), 32 KiB ~22 us on one and ~113 us on four: ~4 us per
+     * slot and end, which is why few channels win across hosts below ~1 MiB.
+     * It comes on top of alpha (a one-slot ping-pong, which has its ends'
+     * calls in it): the fit takes the FIFO path's one-slot exchange as that
+     * much dearer than the small-message path's, as measured (13-15 against
+     * 8-9 us at 8 B), not as a split of alpha. The small-message path's one
+     * write and read per peer are in alpha. */
     k->msg[PLAIT_MLINK_TCP] = 4.0 * US;
     /* GPU links: NCCL's public tuning model (src/graph/tuning.cc) charges a
      * Simple-protocol ring step 3.4 us on NVLink, ~5.7 us on PCIe and ~14 us
@@ -1772,24 +1776,28 @@ static plait_result_t ll_time(const struct plait_model_machine *m, const struct 
         t += (double)(m->nranks - 1) * (m->k.ll_alpha[e] + (double)pair_bytes * m->k.ll_beta[e]);
     t += (double)beyond * m->k.handoff;
     /* Across hosts (fastpath.c, over connections): the messages to the
-     * other hosts' ranks leave at once, one network latency in all, and the
+     * other hosts' ranks (every rank's, over TCP on one host) leave at once,
+     * one network latency in all (alpha: it has the ends' calls in it), and the
      * bytes of every rank of a host share its NICs one after another: the
      * busiest host's messages (each rank's to every rank elsewhere; what
      * comes in is the same count), spread over its NICs. */
-    if (m->nhosts > 1) {
+    const int intra_tcp = m->intra_link == PLAIT_MLINK_TCP; /* PLAIT_TRANSPORT=socket: one host over TCP too */
+    if (m->nhosts > 1 || intra_tcp) {
         int most_remote = 0;
         for (int h = 0; h < m->nhosts; h++) {
             int remote = 0;
             for (int r = 0; r < m->nranks; r++)
                 if (m->host_of[r] == h)
                     for (int q = 0; q < m->nranks; q++)
-                        remote += m->host_of[q] != h;
+                        remote += q != r && (m->host_of[q] != h || intra_tcp);
             if (remote > most_remote)
                 most_remote = remote;
         }
-        const int nics = m->nics_per_host >= 1 ? m->nics_per_host : 1;
-        const double beta = m->inter_bw > 0 ? 1.0 / m->inter_bw : m->k.beta[m->inter_link];
-        t += m->k.alpha[m->inter_link] + (double)most_remote / nics * ((double)(pair_bytes + 8) * beta);
+        const int link = m->nhosts > 1 ? m->inter_link : m->intra_link;
+        const int nics = m->nhosts > 1 && m->nics_per_host >= 1 ? m->nics_per_host : 1;
+        const double bw = m->nhosts > 1 ? m->inter_bw : m->intra_bw;
+        const double beta = bw > 0 ? 1.0 / bw : m->k.beta[link];
+        t += m->k.alpha[link] + (double)most_remote / nics * ((double)(pair_bytes + 8) * beta);
     }
     *time_out = t;
     return PLAIT_SUCCESS;

@@ -150,7 +150,7 @@ plait_result_t plait_model_consts_save(const char *path, const struct plait_mode
  * init, so that ranks running different models (another plait build) do not
  * decide differently in silence. Bump the version with any change to what
  * plait_model_time computes. */
-#define PLAIT_MODEL_VERSION 1u
+#define PLAIT_MODEL_VERSION 2u
 uint64_t plait_model_consts_hash(const struct plait_model_consts *k);
 
 /* The machine a call runs on. Built by the tuner from a communicator or by
