@@ -10,9 +10,7 @@
  * comm, in order, up to the FIFO depth (and the provider's request limit) in
  * flight; the credit (tx_head) advances as they complete, in order. Each free
  * receive slot has one irecv() posted on the recv comm, in order; when test()
- * says it is done, the slot's size is stored and then rx_tail (release), one
- * slot per progress call (testing the next at once would mostly be a system
- * call that finds nothing, on the waiting caller's latency path).
+ * says it is done, the slot's size is stored and then rx_tail (release).
  * One thread at a time moves a connection (a busy flag: the others leave it),
  * as the provider wants one thread per comm at a time.
  *
@@ -700,10 +698,6 @@ static plait_result_t conn_progress_locked(struct net_state *st, struct net_conn
         }
         c->rx_sizes[i] = (uint32_t)size;
         __atomic_store_n(&c->rx_tail, c->rx_tail + 1, __ATOMIC_RELEASE);
-        /* One slot per pass: testing the next receive now costs a system
-         * call that almost always finds nothing, on the latency path of the
-         * caller that waits for this slot; its next pass tests it. */
-        break;
     }
     return PLAIT_SUCCESS;
 }
